@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# isobench's front door. Each command sets up what it needs first (idempotent):
+#   ./isobench.sh demo [ARGS]   set up, then run the default study (isobench run ARGS)
+#   ./isobench.sh test [ARGS]   set up, then run the test suite (pytest ARGS)
+#   ./isobench.sh setup         only set up: system packages, venv, Docker engine, runsc runtime
+#   ./isobench.sh CMD [ARGS]    set up, then any isobench command (doctor, plan, summary, ...)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+VENV="${ISOBENCH_VENV:-$ROOT/.venv}"
+APT_PACKAGES=(docker.io runc crun runsc trace-cmd linux-perf util-linux procps)
+log() { printf '\033[1m[isobench setup]\033[0m %s\n' "$*" >&2; }
+
+setup_system() {
+  local missing=()
+  for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    if [[ $EUID -ne 0 ]]; then
+      log "missing packages ${missing[*]}: run this as root, or install them yourself"; exit 1
+    fi
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+find_python() {
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+      command -v "$candidate"; return
+    fi
+  done
+  log "isobench needs Python 3.11 (apt-get install python3 python3-venv on Debian 12)"; exit 1
+}
+
+setup_venv() {
+  local stamp="$VENV/.isobench-installed" want
+  want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$VENV/bin/isobench" ]]; then return; fi
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    local py; py="$(find_python)"
+    # A pyenv shim does not work inside containers: build the venv from the real interpreter.
+    py="$("$py" -c 'import sys; print(sys.executable)')"
+    log "creating the virtual environment $VENV from $py"
+    "$py" -m venv "$VENV"
+  fi
+  log "installing isobench and its pinned dependencies (torch 2.14.1, torchvision 0.29.1)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -e "$ROOT[test]"
+  echo "$want" > "$stamp"
+}
+
+start_docker() {
+  if docker info >/dev/null 2>&1; then return; fi
+  if [[ $EUID -ne 0 ]]; then log "no Docker engine answers and only root can start one"; return; fi
+  log "starting dockerd (log: /var/log/isobench-dockerd.log)"
+  mkdir -p /var/log
+  nohup dockerd --iptables=false --bridge=none >/var/log/isobench-dockerd.log 2>&1 &
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && return
+    sleep 0.5
+  done
+  log "dockerd did not come up; see /var/log/isobench-dockerd.log"; exit 1
+}
+
+setup() {
+  setup_system
+  setup_venv
+  start_docker
+}
+
+cmd="${1:-demo}"
+shift || true
+case "$cmd" in
+  setup) setup ;;
+  demo) setup; exec "$VENV/bin/isobench" run "$@" ;;
+  test)
+    setup
+    cd "$ROOT"
+    exec "$VENV/bin/python" -m pytest -q -rs "$@" ;;
+  *) setup; exec "$VENV/bin/isobench" "$cmd" "$@" ;;
+esac

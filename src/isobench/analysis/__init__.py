@@ -1,0 +1,1 @@
+"""Turn stored cells into comparisons with honest uncertainty."""

@@ -1,0 +1,132 @@
+"""Compare every platform entry with the study's baseline, metric by metric."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from isobench.analysis.stats import METHOD, ratio_ci
+from isobench.store import Store
+from isobench.study.loader import load_study_text
+
+
+@dataclass
+class Group:
+    """The finished, non-warm-up cells of one workload × platform entry × knob set."""
+
+    workload: str
+    params: dict[str, Any]
+    platform: str
+    platform_key: str
+    display: str
+    knobs: dict[str, Any]
+    metrics: dict[str, list[float]]
+    units: dict[str, str]
+    failed: int = 0
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.workload, json.dumps(self.params, sort_keys=True), self.platform_key,
+                json.dumps(self.knobs, sort_keys=True))
+
+
+@dataclass
+class Comparison:
+    workload: str
+    platform: str
+    label: str
+    knobs: dict[str, Any]
+    metric: str
+    baseline: str
+    ratio: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    significant: bool
+    n_baseline: int
+    p_value: float | None
+    mean: float
+    baseline_mean: float
+    unit: str
+    method: str
+    is_aa: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_groups(store: Store) -> list[Group]:
+    groups: dict[tuple[str, ...], Group] = {}
+    for row in store.metric_rows():
+        if row["warmup"]:
+            continue
+        key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"])
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = Group(row["workload_key"], json.loads(row["params"]), row["platform"],
+                                        row["platform_key"], row["display"], json.loads(row["knobs"]),
+                                        defaultdict(list), {})
+        group.metrics[row["metric"]].append(row["value"])
+        group.units[row["metric"]] = row["unit"]
+    for row in store.conn.execute("SELECT workload_key, params, platform_key, knobs, COUNT(*) AS n "
+                                  "FROM cells WHERE warmup = 0 AND status != 'ok' GROUP BY 1, 2, 3, 4"):
+        key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"])
+        if key in groups:
+            groups[key].failed = row["n"]
+    return list(groups.values())
+
+
+def _baseline_for(group: Group, candidates: list[Group]) -> Group | None:
+    same = [c for c in candidates if c.workload == group.workload and c.params == group.params]
+    if not same:
+        return None
+    exact = [c for c in same if c.knobs == group.knobs]
+    if exact:
+        return exact[0]
+    # The baseline sweeps fewer knobs: match on the knobs it shares with the group.
+    return max(same, key=lambda c: sum(group.knobs.get(k) == v for k, v in c.knobs.items()))
+
+
+def compare(store: Store) -> list[Comparison]:
+    study = load_study_text(store.meta("study_yaml") or "", store.meta("study_file") or "store")
+    baseline_key = study.baseline
+    baseline_name = study.baseline_entry().name
+    groups = load_groups(store)
+    baselines = [g for g in groups if g.platform_key == baseline_key]
+    results: list[Comparison] = []
+    for group in groups:
+        if group.platform_key == baseline_key:
+            continue
+        base = _baseline_for(group, baselines)
+        if base is None:
+            continue
+        for metric in sorted(group.metrics):
+            sample, reference = group.metrics[metric], base.metrics.get(metric)
+            if not reference or min(sample) <= 0 or min(reference) <= 0:
+                continue
+            est = ratio_ci(sample, reference)
+            results.append(Comparison(
+                workload=group.workload, platform=group.display, label=group.platform_key,
+                knobs=group.knobs, metric=metric, baseline=base.display, ratio=est.ratio,
+                ci_low=est.ci_low, ci_high=est.ci_high, n=est.n, significant=est.significant,
+                n_baseline=est.n_baseline, p_value=est.p_value, mean=statistics.fmean(sample),
+                baseline_mean=statistics.fmean(reference), unit=group.units.get(metric, ""),
+                method=METHOD, is_aa=group.platform == baseline_name))
+    return results
+
+
+def phase_attribution(comparisons: list[Comparison], e2e: Comparison) -> tuple[str, float] | None:
+    """The phase holding most of an e2e difference, and its share of that difference."""
+    delta = e2e.mean - e2e.baseline_mean
+    if delta == 0:
+        return None
+    phases = [c for c in comparisons if c.metric.startswith("phase.") and c.workload == e2e.workload
+              and c.label == e2e.label and c.knobs == e2e.knobs]
+    if not phases:
+        return None
+    top = max(phases, key=lambda c: (c.mean - c.baseline_mean) * (1 if delta > 0 else -1))
+    share = (top.mean - top.baseline_mean) / delta
+    return (top.metric.removeprefix("phase."), share) if share > 0 else None

@@ -1,0 +1,205 @@
+"""The command line: isobench run | plan | summary | export | doctor | platforms | workloads."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from isobench.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="What does this execution platform cost my deep-learning workload, and why?")
+console = Console()
+err_console = Console(stderr=True)
+
+StudyArg = Annotated[Optional[str], typer.Argument(  # noqa: UP045 (typer needs Optional)
+    help="study YAML file, or a built-in study name (default: the built-in default study)")]
+
+
+def _read_study(study: str | None) -> tuple[str, str]:
+    from isobench.study.loader import load_study
+
+    _, text, name = load_study(study)
+    return text, name
+
+
+@app.command()
+def run(study: StudyArg = None,
+        out: Annotated[Optional[Path], typer.Option("--out", help="study directory to write")] = None,  # noqa: UP045
+        resume: Annotated[bool, typer.Option("--resume", help="run only the cells not yet finished")] = False,
+        ) -> None:
+    """Run a study and print its result table."""
+    from isobench.analysis.compare import compare
+    from isobench.report.terminal import print_summary
+    from isobench.runner.study import run_study
+    from isobench.store import Store
+
+    text, name = (None, None) if (resume and study is None) else _read_study(study)
+    try:
+        directory = run_study(text, name, out, resume, console)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    store = Store.open(directory)
+    print_summary(store, compare(store), console)
+    console.print(f"results: [bold]{directory}[/] (isobench summary {directory})")
+
+
+@app.command()
+def plan(study: StudyArg = None) -> None:
+    """Print the cells a study expands to and the estimated time; runs nothing."""
+    from isobench.plan import expand
+    from isobench.platforms import PLATFORMS
+    from isobench.study.loader import load_study
+    from isobench.workloads import WORKLOADS
+
+    parsed, _, name = load_study(study)
+    cells = expand(parsed)
+    table = Table(title=f"{parsed.name}: {len(cells)} cells (from {name})")
+    for column in ("#", "cell", "workload", "platform", "knobs", "rep", "est. s"):
+        table.add_column(column)
+    total = 0.0
+    for cell in cells:
+        workload = WORKLOADS.get(cell.workload)
+        estimate = workload.estimate_s(workload.Params(**cell.params)) + \
+            PLATFORMS.get(cell.platform).startup_estimate_s
+        total += estimate
+        knobs = ", ".join(f"{k}={v}" for k, v in sorted(cell.knobs.items())) or "-"
+        table.add_row(str(cell.seq), cell.cell_id, cell.workload_key, cell.platform_key, knobs,
+                      f"warm-up {cell.rep}" if cell.warmup else str(cell.rep), f"{estimate:.1f}")
+    console.print(table)
+    console.print(f"estimated time: {total / 60:.1f} min for {len(cells)} cells "
+                  f"({parsed.warmup} warm-up and {parsed.repetitions} measured round(s), order seeded by {parsed.seed})")
+
+
+@app.command()
+def summary(directory: Path,
+            as_json: Annotated[bool, typer.Option("--json", help="one JSON record per comparison")] = False,
+            ) -> None:
+    """Print the comparisons of a finished (or interrupted) study."""
+    from isobench.analysis.compare import compare
+    from isobench.report.terminal import print_summary
+    from isobench.store import Store
+
+    store = Store.open(directory)
+    comparisons = compare(store)
+    if as_json:
+        fields = ("workload", "platform", "label", "knobs", "metric", "baseline", "ratio", "ci_low",
+                  "ci_high", "n", "significant", "n_baseline", "p_value", "mean", "baseline_mean", "unit",
+                  "method", "is_aa")
+        sys.stdout.write(json.dumps([{k: c.as_dict()[k] for k in fields} for c in comparisons], indent=1) + "\n")
+        return
+    print_summary(store, comparisons, console)
+
+
+class ExportFormat(str, Enum):
+    jsonl = "jsonl"
+    csv = "csv"
+    parquet = "parquet"
+
+
+@app.command()
+def export(directory: Path,
+           fmt: Annotated[ExportFormat, typer.Option("--format", help="output format")] = ExportFormat.jsonl,
+           output: Annotated[Optional[Path], typer.Option("--output", "-o", help="file to write")] = None,  # noqa: UP045
+           ) -> None:
+    """Write one record per cell and metric (jsonl, csv or parquet)."""
+    from isobench.report.export import export as do_export
+    from isobench.store import Store
+
+    store = Store.open(directory)
+    target = output or directory / f"export.{fmt.value}"
+    do_export(store, fmt.value, target)
+    console.print(f"wrote {target}")
+
+
+@app.command()
+def doctor() -> None:
+    """Which platforms and knobs work on this host, and why not where not."""
+    from isobench.fingerprint import host_fingerprint
+    from isobench.platforms import PLATFORMS
+    from isobench.platforms.base import ALL_KNOBS
+    from isobench.study.model import PlatformEntry
+
+    host = host_fingerprint()
+    console.print(f"host: {host['cpu_model']}, {host['cores']} cores, kernel {host['kernel']}, "
+                  f"cgroup {host['cgroup']['mode']}, governor {host['governor'] or 'not exposed'}")
+    table = Table(title="platforms")
+    for column in ("platform", "works", "why not / notes", *sorted(ALL_KNOBS)):
+        table.add_column(column)
+    variants = [("docker", None), ("gvisor", None), ("oci", "runc"), ("oci", "crun"), ("oci", "runsc"),
+                ("baremetal", None)]
+    for name, runtime in sorted(variants):
+        platform = PLATFORMS.get(name)(PlatformEntry(name=name, runtime=runtime))
+        avail = platform.availability()
+        knob_cells = []
+        for knob in sorted(ALL_KNOBS):
+            if not avail.ok:
+                knob_cells.append("-")
+            elif knob in avail.knobs_unavailable:
+                knob_cells.append("[red]no[/]")
+            else:
+                knob_cells.append("[green]yes[/]")
+        notes = "; ".join([avail.reason, *avail.notes, *(f"{k}: {v}" for k, v in avail.knobs_unavailable.items())])
+        table.add_row(platform.display(), "[green]yes[/]" if avail.ok else "[red]no[/]", notes.strip("; "),
+                      *knob_cells)
+    console.print(table)
+
+
+@app.command()
+def platforms() -> None:
+    """List the platform plugins."""
+    from isobench.platforms import PLATFORMS
+
+    table = Table(title="platforms")
+    table.add_column("name")
+    table.add_column("description")
+    table.add_column("knobs")
+    for name, cls in PLATFORMS:
+        table.add_row(name, cls.description, ", ".join(sorted(cls.knobs)))
+    console.print(table)
+
+
+@app.command()
+def workloads() -> None:
+    """List the workloads with their phases and parameters (defaults in brackets)."""
+    from isobench.workloads import WORKLOADS
+
+    table = Table(title="workloads", show_lines=True)
+    for column in ("name", "description", "item", "phases", "parameters"):
+        table.add_column(column)
+    for name, cls in WORKLOADS:
+        params = "\n".join(f"{key} [{field.default}]: {field.description or ''}"
+                           for key, field in cls.Params.model_fields.items())
+        phases = ", ".join(cls.phases) + (f"\nonce: {', '.join(cls.setup_phases)}" if cls.setup_phases else "")
+        table.add_row(name, cls.description, cls.item, phases, params)
+    console.print(table)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except UserError as err:
+        err_console.print(str(err), markup=False, highlight=False, soft_wrap=True)
+        sys.exit(err.exit_code)
+    except typer.Exit as exit_:
+        sys.exit(exit_.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.exit(130)
+    except Exception as err:  # click usage errors
+        import click
+
+        if isinstance(err, click.ClickException):
+            err.show()
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

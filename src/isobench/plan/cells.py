@@ -1,0 +1,108 @@
+"""Expand a study into cells: workload × platform × knob values × repetition.
+
+Every repetition round holds one cell of every group, in an order shuffled by the
+study's seed, so drift (thermal, page cache, a neighbour's load) hits all platforms
+alike. Warm-up rounds come first and are stored but never analysed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from isobench.study.loader import knob_combinations
+from isobench.study.model import Study
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Everything needed to run one cell: running it depends on nothing else."""
+
+    study: str
+    cell_id: str
+    seq: int
+    workload: str
+    workload_key: str
+    params: dict[str, Any]
+    platform: str
+    platform_key: str
+    platform_entry: dict[str, Any]
+    knobs: dict[str, Any]
+    rep: int
+    warmup: bool
+    seed: int
+    timeout_s: float
+    data_key: str | None = None
+    data_dir: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        return group_key(self.workload_key, self.params, self.platform_key, self.knobs)
+
+    def to_json(self) -> str:
+        return _canonical(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Cell:
+        return cls(**json.loads(text))
+
+    def worker_payload(self) -> dict[str, Any]:
+        """What the worker inside the platform needs (no host-only details)."""
+        return {"cell_id": self.cell_id, "workload": self.workload, "params": self.params,
+                "knobs": self.knobs, "seed": self.seed, "data_dir": self.data_dir}
+
+
+def group_key(workload_key: str, params: dict[str, Any], platform_key: str, knobs: dict[str, Any]) -> str:
+    digest = hashlib.sha1(_canonical([params, knobs]).encode()).hexdigest()[:8]
+    return f"{workload_key}@{platform_key}~{digest}"
+
+
+def _workload_variants(study: Study) -> list[tuple[str, str, dict[str, Any]]]:
+    variants = []
+    for entry in study.workloads:
+        keys = sorted(entry.sweep)
+        for values in itertools.product(*(entry.sweep[k] for k in keys)):
+            params = {**entry.params, **dict(zip(keys, values, strict=True))}
+            variants.append((entry.name, entry.key, params))
+    return variants
+
+
+def expand(study: Study) -> list[Cell]:
+    """All cells of the study in the order they run."""
+    from isobench.workloads import WORKLOADS
+
+    groups: list[dict[str, Any]] = []
+    for (workload, workload_key, params), platform in itertools.product(
+            _workload_variants(study), study.platforms):
+        params_model = WORKLOADS.get(workload).Params(**params)
+        full_params = params_model.model_dump()
+        data_key = WORKLOADS.get(workload).data_key(params_model)
+        for knobs in knob_combinations({**study.knobs, **platform.knobs}):
+            knobs = {k: v for k, v in knobs.items() if v is not None}
+            groups.append({"workload": workload, "workload_key": workload_key, "params": full_params,
+                           "platform": platform.name, "platform_key": platform.key,
+                           "platform_entry": platform.model_dump(exclude={"knobs"}),
+                           "knobs": knobs, "data_key": data_key})
+
+    cells: list[Cell] = []
+    rounds = [(True, r) for r in range(study.warmup)] + [(False, r) for r in range(study.repetitions)]
+    for round_index, (warmup, rep) in enumerate(rounds):
+        order = list(range(len(groups)))
+        random.Random(f"{study.seed}:{round_index}").shuffle(order)
+        for index in order:
+            group = groups[index]
+            gkey = group_key(group["workload_key"], group["params"], group["platform_key"], group["knobs"])
+            tag = f"w{rep}" if warmup else f"r{rep}"
+            cells.append(Cell(study=study.name, cell_id=f"{gkey}/{tag}", seq=len(cells),
+                              rep=rep, warmup=warmup, seed=study.seed + rep, timeout_s=study.timeout_s,
+                              **group))
+    return cells

@@ -1,0 +1,15 @@
+"""Execution platforms: plugins behind one interface (prepare / launch / collect / cleanup)."""
+
+from isobench.platforms.base import Availability, Launched, Platform
+from isobench.registry import Registry
+
+PLATFORMS: Registry[Platform] = Registry(
+    "platform",
+    [
+        "isobench.platforms.baremetal",
+        "isobench.platforms.docker",
+        "isobench.platforms.oci",
+    ],
+)
+
+__all__ = ["PLATFORMS", "Availability", "Launched", "Platform"]

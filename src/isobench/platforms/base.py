@@ -1,0 +1,146 @@
+"""The platform interface.
+
+A platform turns a cell into a running process whose stdout is the record channel
+(see :mod:`isobench.workloads.channel`). It must not assume a shared filesystem
+or host pids: the runner only reads that stream and the exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from isobench.plan.cells import Cell
+    from isobench.study.model import PlatformEntry
+
+ALL_KNOBS = frozenset({"cpus", "cpuset", "memory", "seccomp", "threads"})
+
+
+@dataclass
+class Availability:
+    ok: bool
+    reason: str = ""
+    #: knob -> why it cannot be applied here (absent: it can)
+    knobs_unavailable: dict[str, str] = field(default_factory=dict)
+    #: things a user should know that do not stop anything
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Launched:
+    """A started cell: the process whose stdout carries records, and what to clean up."""
+
+    proc: subprocess.Popen[bytes]
+    name: str
+    started: float
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
+class Platform(ABC):
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    knobs: ClassVar[frozenset[str]] = ALL_KNOBS
+    #: rough seconds from launch to the worker's first record, for `isobench plan`
+    startup_estimate_s: ClassVar[float] = 0.3
+
+    def __init__(self, entry: PlatformEntry) -> None:
+        self.entry = entry
+
+    # -- static checks ----------------------------------------------------------------
+    @classmethod
+    def validate_entry(cls, entry: PlatformEntry) -> None:
+        """Raise ValueError("field: problem (fix: ...)") for options this platform rejects."""
+        if entry.runtime is not None:
+            raise ValueError(f"runtime: {cls.name} takes no runtime (fix: remove `runtime`)")
+        if entry.image is not None:
+            raise ValueError(f"image: {cls.name} takes no image (fix: remove `image`)")
+
+    @classmethod
+    @abstractmethod
+    def check(cls) -> Availability:
+        """Can this platform run here? Cheap; no side effects beyond reading the host."""
+
+    def availability(self) -> Availability:
+        """Availability for this entry (a runtime option may change the answer)."""
+        return self.check()
+
+    def display(self) -> str:
+        """How results name this entry: ``name/label``, or the platform's own default."""
+        return f"{self.name}/{self.entry.label}" if self.entry.label else self.default_display()
+
+    def default_display(self) -> str:
+        return self.name
+
+    # -- lifecycle --------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        """Versions of everything this platform is made of."""
+        return {}
+
+    def prepare(self) -> None:
+        """Idempotent host-side set-up (images, root filesystems); called before the first cell."""
+
+    @abstractmethod
+    def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
+        """Start ``argv`` (the worker command) as the cell; stdout must be a pipe."""
+
+    def collect(self, launched: Launched) -> dict[str, Any]:
+        """After the process ended: platform facts about the cell (OOM kill, container id)."""
+        return {}
+
+    @abstractmethod
+    def cleanup_cell(self, launched: Launched) -> None:
+        """Kill and remove everything the cell started. Idempotent; called on every exit path."""
+
+    def cleanup(self) -> None:
+        """Release what ``prepare`` made that must not outlive the study."""
+
+    @classmethod
+    def sweep_stale(cls) -> list[str]:
+        """Remove leftovers of runners that died (kill -9); return what was removed."""
+        return []
+
+
+def kill_process_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    """Signal the launcher's whole session (it was started with start_new_session=True)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def runner_tag() -> str:
+    """Who started a resource: ``<pid>-<boot id>``, so a later run can tell if it is stale."""
+    return f"{os.getpid()}-{boot_id()[:8]}"
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "noboot"
+
+
+def tag_is_stale(tag: str) -> bool:
+    """True when the runner that made a resource is gone (other boot, or its pid is dead)."""
+    pid_text, _, boot = tag.partition("-")
+    if boot != boot_id()[:8]:
+        return True
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return True
+    if pid == os.getpid():
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return b"isobench" not in cmdline

@@ -1,0 +1,240 @@
+"""docker (runc through dockerd) and gvisor (runsc through dockerd).
+
+Cells run from the host-mirror image unless the entry names a user image that has
+Python, torch and isobench inside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from isobench.hostinfo import tool_version
+from isobench.plan.cells import Cell
+from isobench.platforms import PLATFORMS
+from isobench.platforms.base import (
+    Availability,
+    Launched,
+    Platform,
+    kill_process_group,
+    runner_tag,
+    tag_is_stale,
+)
+from isobench.platforms.hostmirror import (
+    cell_mounts,
+    container_env,
+    data_root,
+    skeleton_digest,
+    skeleton_tar,
+)
+from isobench.study.model import Knobs, PlatformEntry
+
+DAEMON_JSON = Path("/etc/docker/daemon.json")
+LABEL_RUNNER = "isobench.runner"
+ENGINE_HINT = "start one with `./isobench.sh setup` or `dockerd --iptables=false --bridge=none &`"
+
+
+def docker(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=check)
+
+
+def engine_problem() -> str | None:
+    """None when a Docker engine answers, else why not."""
+    if shutil.which("docker") is None:
+        return "the docker CLI is not installed (apt-get install docker.io)"
+    try:
+        out = docker("version", "--format", "{{.Server.Version}}", timeout=10, check=False)
+    except subprocess.TimeoutExpired:
+        return f"the Docker engine did not answer in 10 s; {ENGINE_HINT}"
+    if out.returncode != 0:
+        return f"no Docker engine answers; {ENGINE_HINT}"
+    return None
+
+
+def engine_runtimes() -> dict[str, Any]:
+    out = docker("info", "--format", "{{json .Runtimes}}", timeout=20, check=False)
+    try:
+        return json.loads(out.stdout) if out.returncode == 0 else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def register_runtime(name: str, path: str, args: list[str]) -> None:
+    """Add a runtime to daemon.json and make dockerd reload it (SIGHUP, no restart)."""
+    config: dict[str, Any] = {}
+    if DAEMON_JSON.exists():
+        config = json.loads(DAEMON_JSON.read_text() or "{}")
+    runtimes = config.setdefault("runtimes", {})
+    wanted = {"path": path, "runtimeArgs": args}
+    if runtimes.get(name) != wanted:
+        runtimes[name] = wanted
+        DAEMON_JSON.parent.mkdir(parents=True, exist_ok=True)
+        tmp = DAEMON_JSON.with_suffix(".isobench-tmp")
+        tmp.write_text(json.dumps(config, indent=2) + "\n")
+        tmp.rename(DAEMON_JSON)
+    if name in engine_runtimes():
+        return
+    pids = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        os.kill(int(pid), signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if name in engine_runtimes():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"dockerd did not pick up the {name} runtime from {DAEMON_JSON}; restart dockerd")
+
+
+class DockerBase(Platform):
+    runtime_default = "runc"
+    startup_estimate_s = 0.6
+
+    @classmethod
+    def validate_entry(cls, entry: PlatformEntry) -> None:
+        unknown = set(entry.options) - {"python", "shm_size"}
+        if unknown:
+            raise ValueError(f"options: unknown option(s) {sorted(unknown)} "
+                             "(fix: use `python` (interpreter in a user image) or `shm_size`)")
+
+    def runtime(self) -> str:
+        return self.entry.runtime or self.runtime_default
+
+    def default_display(self) -> str:
+        return f"{self.name}/{self.runtime()}"
+
+    @classmethod
+    def check(cls) -> Availability:
+        problem = engine_problem()
+        return Availability(problem is None, problem or "")
+
+    def image(self) -> str:
+        return self.entry.image or f"isobench-hostmirror:{skeleton_digest((str(data_root()),))}"
+
+    def fingerprint(self) -> dict[str, Any]:
+        out = docker("version", "--format", "{{json .}}", check=False)
+        info: dict[str, Any] = {"runtime": self.runtime(), "image": self.image()}
+        try:
+            server = json.loads(out.stdout).get("Server") or {}
+            info["engine"] = server.get("Version")
+            info["components"] = {c.get("Name"): c.get("Version") for c in server.get("Components") or []}
+        except (json.JSONDecodeError, AttributeError):
+            pass
+        return info
+
+    def prepare(self) -> None:
+        if self.entry.image:
+            if docker("image", "inspect", self.entry.image, check=False).returncode != 0:
+                raise RuntimeError(f"image {self.entry.image!r} is not in the engine; build or load it first")
+            return
+        image = self.image()
+        if docker("image", "inspect", image, check=False).returncode != 0:
+            docker("import", str(skeleton_tar((str(data_root()),))), image)
+
+    def _run_args(self, cell: Cell, name: str) -> list[str]:
+        knobs = Knobs(**cell.knobs)
+        args = ["run", "--name", name, "--label", f"{LABEL_RUNNER}={runner_tag()}",
+                "--label", f"isobench.cell={cell.cell_id}", "--network", "none",
+                "--runtime", self.runtime(), "--workdir", "/tmp"]
+        mounts = [str(data_root())] if self.entry.image else cell_mounts()
+        for path in mounts:
+            args += ["-v", f"{path}:{path}:ro"]
+        env = {"PYTHONUNBUFFERED": "1"} if self.entry.image else container_env()
+        for key, value in env.items():
+            args += ["-e", f"{key}={value}"]
+        if knobs.cpus is not None:
+            args += ["--cpus", str(knobs.cpus)]
+        if knobs.cpuset is not None:
+            args += ["--cpuset-cpus", knobs.cpuset]
+        if knobs.memory is not None:
+            # Same limit on swap as the bare-metal cgroup gets: no swap beyond the limit.
+            args += ["--memory", str(knobs.memory_bytes()), "--memory-swap", str(knobs.memory_bytes())]
+        if knobs.seccomp == "unconfined":
+            args += ["--security-opt", "seccomp=unconfined"]
+        if "shm_size" in self.entry.options:
+            args += ["--shm-size", str(self.entry.options["shm_size"])]
+        return args
+
+    def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
+        name = f"isobench-{runner_tag()}-{cell.seq}"
+        if self.entry.image:
+            argv = [self.entry.options.get("python", "python3"), *argv[1:]]
+        cmd = ["docker", *self._run_args(cell, name), self.image(), *argv]
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                                start_new_session=True)
+        return Launched(proc=proc, name=name, started=started)
+
+    def collect(self, launched: Launched) -> dict[str, Any]:
+        out = docker("inspect", "--format", "{{json .}}", launched.name, check=False)
+        if out.returncode != 0:
+            return {}
+        data = json.loads(out.stdout)
+        state = data.get("State", {})
+        return {"container_id": data.get("Id"), "oom_killed": state.get("OOMKilled"),
+                "container_exit_code": state.get("ExitCode"), "runtime": data.get("HostConfig", {})
+                .get("Runtime")}
+
+    def cleanup_cell(self, launched: Launched) -> None:
+        docker("rm", "-f", launched.name, check=False)
+        kill_process_group(launched.proc)
+
+    @classmethod
+    def sweep_stale(cls) -> list[str]:
+        if engine_problem():
+            return []
+        out = docker("ps", "-a", "--filter", f"label={LABEL_RUNNER}",
+                     "--format", f'{{{{.Names}}}} {{{{.Label "{LABEL_RUNNER}"}}}}', check=False)
+        removed = []
+        for line in out.stdout.splitlines():
+            name, _, tag = line.partition(" ")
+            if tag_is_stale(tag):
+                with contextlib.suppress(subprocess.SubprocessError):
+                    docker("rm", "-f", name, check=False)
+                removed.append(f"container {name}")
+        return removed
+
+
+@PLATFORMS.register("docker")
+class Docker(DockerBase):
+    description = "a Docker container (runc by default; `runtime:` names another registered one)"
+
+
+@PLATFORMS.register("gvisor")
+class GVisor(DockerBase):
+    description = "a gVisor sandbox: runsc registered as a Docker runtime (ptrace platform, no network)"
+    runtime_default = "runsc"
+    startup_estimate_s = 1.6
+
+    @classmethod
+    def validate_entry(cls, entry: PlatformEntry) -> None:
+        super().validate_entry(entry)
+        if entry.runtime not in (None, "runsc"):
+            raise ValueError("runtime: gvisor always runs runsc (fix: remove `runtime`, or use docker)")
+
+    @classmethod
+    def check(cls) -> Availability:
+        if shutil.which("runsc") is None:
+            return Availability(False, "runsc is not installed (apt-get install runsc)")
+        problem = engine_problem()
+        if problem:
+            return Availability(False, problem)
+        if "runsc" not in engine_runtimes() and not os.access(DAEMON_JSON.parent, os.W_OK) \
+                and DAEMON_JSON.parent.exists():
+            return Availability(False, f"runsc is not a Docker runtime and {DAEMON_JSON} is not writable")
+        return Availability(True, "")
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {**super().fingerprint(), "runsc": tool_version(["runsc", "--version"])}
+
+    def prepare(self) -> None:
+        # runsc refuses a network in the root namespace, and its kvm platform hangs on
+        # nested hosts: register it with --network=none on the default (ptrace) platform.
+        register_runtime("runsc", shutil.which("runsc") or "/usr/bin/runsc", ["--network=none"])
+        super().prepare()

@@ -1,0 +1,245 @@
+"""oci: an OCI runtime (runc, crun, runsc) driven directly with a generated bundle, no daemon."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from isobench.hostinfo import cgroup_layout, tool_version
+from isobench.plan.cells import Cell
+from isobench.platforms import PLATFORMS
+from isobench.platforms.base import (
+    Availability,
+    Launched,
+    Platform,
+    kill_process_group,
+    runner_tag,
+    tag_is_stale,
+)
+from isobench.platforms.cgroups import CGROUP_ROOT, CellCgroup, prune_empty
+from isobench.platforms.hostmirror import build_skeleton, cell_mounts, container_env, data_root
+from isobench.platforms.seccomp import default_profile
+from isobench.study.model import Knobs, PlatformEntry
+
+RUNTIMES = ("runc", "crun", "runsc")
+STATE_ROOT = Path("/run/isobench/oci")
+CFS_PERIOD_US = 100_000
+CAPABILITIES = [
+    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+    "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+]
+
+
+def _needs_private_cgroup_view(runtime: str) -> bool:
+    # crun refuses hybrid hosts (a controller-free cgroup2 mount beside v1): run it in a
+    # private mount namespace where that mount is gone, leaving the host untouched.
+    return runtime == "crun" and cgroup_layout()["mode"] == "hybrid"
+
+
+def runtime_argv(runtime: str, *args: str) -> list[str]:
+    root = str(STATE_ROOT / runtime)
+    if runtime == "runsc":
+        return ["runsc", f"--root={root}", "--network=none", *args]
+    base = [runtime, "--root", root, *args]
+    if _needs_private_cgroup_view(runtime):
+        unified = cgroup_layout()["cgroup2_mount"]
+        quoted = " ".join(f"'{a}'" for a in base)
+        return ["unshare", "-m", "sh", "-c", f"umount '{unified}' && exec {quoted}"]
+    return base
+
+
+def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
+                  runtime: str) -> dict[str, Any]:
+    knobs = Knobs(**cell.knobs)
+    mounts: list[dict[str, Any]] = [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+         "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+        {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+         "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+         "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+        {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
+         "options": ["nosuid", "noexec", "nodev"]},
+        {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+         "options": ["nosuid", "noexec", "nodev", "ro"]},
+        {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+         "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]},
+        {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+    ]
+    for path in cell_mounts():
+        mounts.append({"destination": path, "type": "bind", "source": path,
+                       "options": ["rbind", "ro", "nosuid", "nodev"]})
+    resources: dict[str, Any] = {"devices": [{"allow": False, "access": "rwm"}]}
+    if knobs.cpus is not None or knobs.cpuset is not None:
+        cpu: dict[str, Any] = {}
+        if knobs.cpus is not None:
+            cpu.update(quota=int(knobs.cpus * CFS_PERIOD_US), period=CFS_PERIOD_US)
+        if knobs.cpuset is not None:
+            cpu["cpus"] = knobs.cpuset
+        resources["cpu"] = cpu
+    if knobs.memory is not None:
+        resources["memory"] = {"limit": knobs.memory_bytes(), "swap": knobs.memory_bytes()}
+    env = container_env()
+    linux: dict[str, Any] = {
+        "resources": resources,
+        "cgroupsPath": cgroups_path,
+        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+        "maskedPaths": ["/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware",
+                        "/proc/scsi"],
+        "readonlyPaths": ["/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
+                          "/proc/sysrq-trigger"],
+    }
+    if knobs.seccomp != "unconfined":
+        linux["seccomp"] = default_profile()
+    return {
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": argv,
+            "env": [f"{k}={v}" for k, v in env.items()],
+            "cwd": "/tmp",
+            "capabilities": {k: CAPABILITIES for k in ("bounding", "effective", "permitted")},
+            "noNewPrivileges": True,
+        },
+        "root": {"path": str(rootfs), "readonly": True},
+        "hostname": "isobench",
+        "mounts": mounts,
+        "annotations": {"isobench.runner": runner_tag(), "isobench.cell": cell.cell_id,
+                        "isobench.runtime": runtime},
+        "linux": linux,
+    }
+
+
+@PLATFORMS.register("oci")
+class Oci(Platform):
+    description = "an OCI runtime run directly on a generated bundle (runtime: runc, crun or runsc)"
+
+    @classmethod
+    def validate_entry(cls, entry: PlatformEntry) -> None:
+        if entry.runtime not in (None, *RUNTIMES):
+            raise ValueError(f"runtime: {entry.runtime!r} is not an OCI runtime isobench drives "
+                             f"(fix: use one of {', '.join(RUNTIMES)})")
+        if entry.image is not None:
+            raise ValueError("image: oci runs the host mirror only (fix: use the docker platform for images)")
+
+    def runtime(self) -> str:
+        return self.entry.runtime or "runc"
+
+    def default_display(self) -> str:
+        return f"oci/{self.runtime()}"
+
+    @classmethod
+    def check(cls) -> Availability:
+        found = [r for r in RUNTIMES if shutil.which(r)]
+        if not found:
+            return Availability(False, "no OCI runtime found (apt-get install runc crun runsc)")
+        return Availability(True, f"runtimes here: {', '.join(found)}")
+
+    def availability(self) -> Availability:
+        runtime = self.runtime()
+        if shutil.which(runtime) is None:
+            return Availability(False, f"{runtime} is not installed (apt-get install {runtime})")
+        if _needs_private_cgroup_view(runtime) and shutil.which("unshare") is None:
+            return Availability(False, "crun needs `unshare` (util-linux) on this hybrid-cgroup host")
+        return Availability(True, "")
+
+    def fingerprint(self) -> dict[str, Any]:
+        runtime = self.runtime()
+        return {"runtime": runtime, "version": tool_version([runtime, "--version"]),
+                "cgroup_workaround": "private mount namespace without the cgroup2 mount"
+                if _needs_private_cgroup_view(runtime) else None}
+
+    def prepare(self) -> None:
+        self.rootfs = build_skeleton((str(data_root()),))
+        (STATE_ROOT / self.runtime()).mkdir(parents=True, exist_ok=True)
+
+    def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
+        runtime = self.runtime()
+        digest = hashlib.sha1(cell.cell_id.encode()).hexdigest()[:8]
+        container_id = f"isobench-{runner_tag()}-{cell.seq}-{digest}"
+        bundle = STATE_ROOT / "bundles" / container_id
+        bundle.mkdir(parents=True, exist_ok=True)
+        cgroups_path = f"/isobench/{runner_tag()}/{container_id}"
+        rootfs = getattr(self, "rootfs", None) or build_skeleton((str(data_root()),))
+        if runtime == "runsc":
+            # runsc, unlike runc, does not fill an empty v1 cpuset parent: do it for it.
+            ensure_cpuset_parent(Path(cgroups_path).parent)
+        config = bundle_config(cell, argv, rootfs, cgroups_path, runtime)
+        (bundle / "config.json").write_text(json.dumps(config, indent=1))
+        cmd = runtime_argv(runtime, "run", "--bundle", str(bundle), container_id)
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                                start_new_session=True, cwd=bundle)
+        return Launched(proc=proc, name=container_id, started=started,
+                        resources={"bundle": bundle, "runtime": runtime})
+
+    def collect(self, launched: Launched) -> dict[str, Any]:
+        return {"container_id": launched.name, "runtime": launched.resources["runtime"]}
+
+    def cleanup_cell(self, launched: Launched) -> None:
+        runtime = launched.resources["runtime"]
+        if launched.proc.poll() is None:
+            subprocess.run(runtime_argv(runtime, "kill", launched.name, "KILL"), capture_output=True,
+                           timeout=30)
+            try:
+                launched.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                kill_process_group(launched.proc)
+        remove_container(runtime, launched.name)
+        shutil.rmtree(launched.resources["bundle"], ignore_errors=True)
+        prune_empty(runner_tag())
+
+    @classmethod
+    def sweep_stale(cls) -> list[str]:
+        removed = []
+        for runtime in RUNTIMES:
+            state = STATE_ROOT / runtime
+            if not state.is_dir() or shutil.which(runtime) is None:
+                continue
+            for entry in state.iterdir():
+                tag = _tag_of(entry.name)
+                if tag and tag_is_stale(tag):
+                    remove_container(runtime, entry.name)
+                    removed.append(f"{runtime} container {entry.name}")
+        bundles = STATE_ROOT / "bundles"
+        if bundles.is_dir():
+            for bundle in bundles.iterdir():
+                tag = _tag_of(bundle.name)
+                if tag and tag_is_stale(tag):
+                    shutil.rmtree(bundle, ignore_errors=True)
+        return removed
+
+
+def ensure_cpuset_parent(relpath: Path) -> None:
+    path = CGROUP_ROOT / "cpuset" / str(relpath).lstrip("/")
+    if (CGROUP_ROOT / "cpuset").is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        CellCgroup._inherit_cpuset(path)
+
+
+def _tag_of(container_id: str) -> str | None:
+    parts = container_id.split("-")
+    return f"{parts[1]}-{parts[2]}" if len(parts) >= 4 and parts[0] == "isobench" else None
+
+
+def remove_container(runtime: str, container_id: str) -> None:
+    """Kill and delete a container and its state, whatever state it is in."""
+    subprocess.run(runtime_argv(runtime, "kill", container_id, "KILL"), capture_output=True, timeout=30)
+    for _ in range(50):
+        out = subprocess.run(runtime_argv(runtime, "delete", "--force", container_id),
+                             capture_output=True, text=True, timeout=30)
+        gone = subprocess.run(runtime_argv(runtime, "state", container_id), capture_output=True,
+                              timeout=30).returncode != 0
+        if gone:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{runtime} could not delete container {container_id}: {out.stderr.strip()}")

@@ -1,0 +1,55 @@
+"""Flat records, one per cell and metric, for other tools."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from isobench.store import Store
+
+FIELDS = ("study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status")
+
+
+def records(store: Store) -> list[dict[str, Any]]:
+    study = store.meta("study_name")
+    rows: list[dict[str, Any]] = []
+    for row in store.metric_rows():
+        if row["warmup"]:
+            continue
+        rows.append({"study": study, "cell_id": row["cell_id"], "workload": row["workload_key"],
+                     "platform": row["display"], "knobs": json.loads(row["knobs"]), "rep": row["rep"],
+                     "metric": row["metric"], "value": row["value"], "unit": row["unit"],
+                     "status": row["status"]})
+    # Cells that produced no metrics still appear, so failures are not silently dropped.
+    for cell in store.cells():
+        if cell["status"] != "ok":
+            rows.append({"study": study, "cell_id": cell["cell_id"], "workload": cell["workload_key"],
+                         "platform": cell["display"], "knobs": cell["knobs"], "rep": cell["rep"],
+                         "metric": "cell.wall", "value": cell["wall_s"], "unit": "s", "status": cell["status"]})
+    return rows
+
+
+def export(store: Store, fmt: str, target: Path) -> Path:
+    rows = records(store)
+    if fmt == "jsonl":
+        with target.open("w") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, sort_keys=True) + "\n")
+    elif fmt == "csv":
+        with target.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=FIELDS)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({**row, "knobs": json.dumps(row["knobs"], sort_keys=True)})
+    elif fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        columns = {name: [row[name] for row in rows] for name in FIELDS}
+        columns["knobs"] = [json.dumps(k, sort_keys=True) for k in columns["knobs"]]
+        pq.write_table(pa.table(columns), target)
+    else:
+        raise ValueError(fmt)
+    return target

@@ -1,0 +1,112 @@
+"""The terminal view: a comparison table and hyperfine-style sentences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from isobench.analysis.compare import Comparison, phase_attribution
+from isobench.store import Store
+
+
+def fmt_knobs(knobs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "-"
+
+
+def fmt_ci(c: Comparison) -> str:
+    if c.ci_low is None or c.ci_high is None:
+        return "n/a (n<2)"
+    return f"{c.ci_low:.2f}–{c.ci_high:.2f}"
+
+
+def fmt_seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value * 1e6:.0f} µs"
+
+
+def noise_floor(comparisons: list[Comparison], workload: str, metric: str) -> Comparison | None:
+    return next((c for c in comparisons if c.is_aa and c.workload == workload and c.metric == metric), None)
+
+
+def sentence(c: Comparison, comparisons: list[Comparison]) -> str:
+    """E.g. "docker/runc: resnet-infer e2e 1.07× baremetal (95% CI 1.04–1.10), mostly in inference"."""
+    knobs = f" [{fmt_knobs(c.knobs)}]" if c.knobs else ""
+    ci = f"95% CI {fmt_ci(c)}" if c.ci_low is not None else "no CI: fewer than 2 repetitions"
+    text = f"{c.platform}{knobs}: {c.workload} {c.metric} {c.ratio:.2f}× {c.baseline} ({ci}, n={c.n})"
+    if c.metric == "e2e" and c.significant:
+        top = phase_attribution(comparisons, c)
+        if top:
+            text += f", mostly in {top[0]} ({top[1]:.0%} of the difference)"
+    if not c.significant and c.ci_low is not None:
+        text += ": no difference resolved"
+    floor = noise_floor(comparisons, c.workload, c.metric)
+    if floor and not c.is_aa and floor.ci_low is not None:
+        width = max(abs(floor.ci_high - 1), abs(1 - floor.ci_low))  # type: ignore[operator]
+        if width > abs(c.ratio - 1):
+            text += f" (below the A/A noise floor of ±{width:.1%}: add repetitions)"
+    return text
+
+
+def headline(comparisons: list[Comparison]) -> list[str]:
+    return [sentence(c, comparisons) for c in comparisons if c.metric == "e2e"]
+
+
+def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
+    table = Table(title="E2E time per item vs the baseline (ratio of geometric means, Welch 95% CI on logs)")
+    for column in ("workload", "platform", "knobs", "n", "e2e/item", "× baseline", "95% CI", "",
+                   "start-up", "biggest phase change"):
+        table.add_column(column, justify="right" if column in ("n", "e2e/item", "× baseline") else "left")
+    startup = {(c.workload, c.label, str(c.knobs)): c for c in comparisons if c.metric == "cell.startup"}
+    baseline_rows = _baseline_rows(store)
+    for workload, display, knobs, n, mean in baseline_rows:
+        table.add_row(workload, f"{display} (baseline)", fmt_knobs(knobs), str(n), fmt_seconds(mean),
+                      "1.00", "", "", "", "")
+    for c in comparisons:
+        if c.metric != "e2e":
+            continue
+        start = startup.get((c.workload, c.label, str(c.knobs)))
+        top = phase_attribution(comparisons, c)
+        marker = "[green]≈[/]" if not c.significant else ("[red]slower[/]" if c.ratio > 1 else "[cyan]faster[/]")
+        table.add_row(c.workload, c.platform + (" (A/A)" if c.is_aa else ""), fmt_knobs(c.knobs), str(c.n),
+                      fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c), marker,
+                      f"{start.mean:.2f} s ({start.ratio:.1f}×)" if start else "",
+                      f"{top[0]} ({top[1]:.0%})" if top else "")
+    return table
+
+
+def _baseline_rows(store: Store) -> list[tuple[str, str, dict[str, Any], int, float]]:
+    from isobench.analysis.compare import load_groups
+    from isobench.study.loader import load_study_text
+
+    study = load_study_text(store.meta("study_yaml") or "", "store")
+    rows = []
+    for group in load_groups(store):
+        if group.platform_key == study.baseline and "e2e" in group.metrics:
+            values = group.metrics["e2e"]
+            rows.append((group.workload, group.display, group.knobs, len(values), sum(values) / len(values)))
+    return rows
+
+
+def failures(store: Store) -> list[str]:
+    return [f"{row['status']}: {row['cell_id']} on {row['display']}: {row['error']}"
+            for row in store.cells(include_warmup=True) if row["status"] != "ok"]
+
+
+def print_summary(store: Store, comparisons: list[Comparison], console: Console) -> None:
+    console.print(comparison_table(store, comparisons))
+    for text in headline(comparisons):
+        console.print(text)
+    failed = failures(store)
+    if failed:
+        console.print(f"[red]{len(failed)} cell(s) did not finish:[/]")
+        for line in failed[:20]:
+            console.print(f"  {line}")
+    host = store.host()
+    if host.get("governor") not in (None, "performance"):
+        console.print(f"[yellow]warning:[/] CPU governor is {host['governor']!r}, not 'performance': "
+                      "frequency scaling adds noise; set it with `cpupower frequency-set -g performance`")

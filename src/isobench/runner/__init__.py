@@ -1,0 +1,1 @@
+"""Runs cells on platforms and stores what they report."""

@@ -1,0 +1,127 @@
+"""Run one cell: a function of the cell description alone.
+
+The platform starts the worker; this module reads the record channel (the process's
+stdout, JSON lines), enforces the cell timeout, and always calls the platform's
+cleanup, whatever happens (timeout, crash, Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from isobench.plan.cells import Cell
+from isobench.platforms import PLATFORMS, Platform
+from isobench.platforms.hostmirror import python_inside
+from isobench.study.model import PlatformEntry
+
+STDERR_TAIL = 2000
+
+
+@dataclass
+class CellOutcome:
+    cell: Cell
+    status: str  # ok | failed | timeout
+    exit_code: int | None
+    error: str | None
+    stderr_tail: str
+    started_at: float  # wall clock (epoch seconds)
+    wall_s: float  # launch to exit, runner's clock
+    startup_s: float | None  # launch to the worker's first record, runner's clock
+    hello: dict[str, Any] | None = None
+    setup: dict[str, float] = field(default_factory=dict)
+    items: list[dict[str, Any]] = field(default_factory=list)
+    done: dict[str, Any] | None = None
+    platform_info: dict[str, Any] = field(default_factory=dict)
+
+
+class _ChannelReader(threading.Thread):
+    def __init__(self, stream: Any) -> None:
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.records: list[dict[str, Any]] = []
+        self.first_record_at: float | None = None
+        self.garbage = 0
+
+    def run(self) -> None:
+        for raw in self.stream:
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                self.garbage += 1
+                continue
+            if self.first_record_at is None:
+                self.first_record_at = time.monotonic()
+            self.records.append(record)
+
+
+def worker_argv(cell: Cell) -> list[str]:
+    return [python_inside(), "-m", "isobench.workloads.worker", json.dumps(cell.worker_payload())]
+
+
+def platform_for(cell: Cell) -> Platform:
+    entry = PlatformEntry(**cell.platform_entry)
+    return PLATFORMS.get(cell.platform)(entry)
+
+
+def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
+    """Launch ``cell`` on its platform, collect its records, clean up, return the outcome."""
+    platform = platform or platform_for(cell)
+    started_at = time.time()
+    with tempfile.TemporaryFile() as stderr:
+        launched = platform.launch(cell, worker_argv(cell), stderr)
+        reader = _ChannelReader(launched.proc.stdout)
+        reader.start()
+        status = "ok"
+        info: dict[str, Any] = {}
+        try:
+            try:
+                launched.proc.wait(timeout=cell.timeout_s)
+            except Exception as exc:  # TimeoutExpired: the cell ran out of time
+                if type(exc).__name__ != "TimeoutExpired":
+                    raise
+                status = "timeout"
+            ended = time.monotonic()
+            if status == "ok":
+                info = platform.collect(launched)
+        finally:
+            platform.cleanup_cell(launched)
+            reader.join(timeout=10)
+        exit_code = launched.proc.returncode if status != "timeout" else None
+        stderr.seek(0, 2)
+        size = stderr.tell()
+        stderr.seek(max(0, size - STDERR_TAIL))
+        tail = stderr.read().decode(errors="replace")
+
+    outcome = CellOutcome(cell=cell, status=status, exit_code=exit_code, error=None, stderr_tail=tail,
+                          started_at=started_at, wall_s=ended - launched.started,
+                          startup_s=(reader.first_record_at - launched.started)
+                          if reader.first_record_at else None, platform_info=info)
+    for record in reader.records:
+        kind = record.get("type")
+        if kind == "hello":
+            outcome.hello = record
+        elif kind == "setup":
+            outcome.setup[record["name"]] = record["dur"]
+        elif kind == "item":
+            outcome.items.append(record)
+        elif kind == "done":
+            outcome.done = record
+        elif kind == "error":
+            outcome.error = record.get("message")
+    if status == "timeout":
+        outcome.error = f"cell exceeded its timeout of {cell.timeout_s:g} s and was killed"
+    elif exit_code != 0 or outcome.done is None or outcome.error:
+        outcome.status = "failed"
+        if outcome.error is None:
+            oom = info.get("oom_killed") or info.get("oom_kills")
+            last = tail.strip().splitlines()[-1] if tail.strip() else ""
+            outcome.error = ("killed by the memory limit (OOM)" if oom else
+                             f"exited with status {exit_code} before finishing" + (f": {last}" if last else ""))
+    if reader.garbage:
+        outcome.platform_info["channel_garbage_lines"] = reader.garbage
+    return outcome

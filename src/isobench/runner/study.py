@@ -1,0 +1,160 @@
+"""Run a whole study: validate, prepare, run the cells in plan order, store each as it ends."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from isobench.errors import UserError
+from isobench.fingerprint import host_fingerprint
+from isobench.plan.cells import Cell, expand
+from isobench.platforms import PLATFORMS, Platform
+from isobench.platforms.base import runner_tag
+from isobench.platforms.cgroups import prune_empty
+from isobench.platforms.hostmirror import data_root
+from isobench.runner.execute import run_cell
+from isobench.store import Store
+from isobench.study.loader import load_study_text
+from isobench.study.model import Knobs, Study
+
+
+def check_platforms(study: Study, file: str) -> dict[str, Platform]:
+    """Instantiate every platform entry; refuse, before anything is written, what cannot run."""
+    platforms: dict[str, Platform] = {}
+    for index, entry in enumerate(study.platforms):
+        platform = PLATFORMS.get(entry.name)(entry)
+        availability = platform.availability()
+        if not availability.ok:
+            raise UserError(f"{entry.name} cannot run on this host: {availability.reason}", file=file,
+                            field=f"platforms[{index}]", fix="see `isobench doctor`, or drop this entry")
+        knobs = Knobs(**{k: v for k, v in {**study.knobs, **entry.knobs}.items() if not isinstance(v, list)})
+        wanted = set(knobs.as_dict()) | {k for k, v in {**study.knobs, **entry.knobs}.items()
+                                         if isinstance(v, list)}
+        for knob in sorted(wanted & set(availability.knobs_unavailable)):
+            raise UserError(f"knob {knob!r} is unavailable here: {availability.knobs_unavailable[knob]}",
+                            file=file, field=f"platforms[{index}].knobs.{knob}",
+                            fix="see `isobench doctor`")
+        platforms[entry.key] = platform
+    return platforms
+
+
+def prepare_data(cells: list[Cell]) -> dict[str, str]:
+    """Generate each data set the cells need once, on the host, before any cell starts."""
+    from isobench.workloads import WORKLOADS
+
+    paths: dict[str, str] = {}
+    for cell in cells:
+        if cell.data_key is None or cell.data_key in paths:
+            continue
+        workload = WORKLOADS.get(cell.workload)
+        target = data_root() / cell.data_key
+        workload.prepare_data(workload.Params(**cell.params), target)
+        paths[cell.data_key] = str(target)
+    return paths
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Make SIGTERM (and SIGHUP) unwind like Ctrl-C, so every cleanup path runs."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def default_out_dir(study: Study) -> Path:
+    return Path("results") / f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def open_store(study_text: str | None, file: str | None, out: Path | None, resume: bool
+               ) -> tuple[Study, str, str, Path, Store | None]:
+    """Work out which study runs where; return the store only when resuming one."""
+    if resume:
+        if out is None:
+            raise UserError("--resume needs the study directory", field="--out",
+                            fix="pass --out DIR of the interrupted run")
+        if Store.exists(out):
+            store = Store.open(out)
+            stored_text = store.meta("study_yaml") or ""
+            stored_file = store.meta("study_file") or str(out)
+            if study_text is not None and study_text != stored_text:
+                raise UserError("the study file differs from the one this directory was started with",
+                                file=file, fix=f"resume without a study file, or use a new --out than {out}")
+            return load_study_text(stored_text, stored_file), stored_text, stored_file, out, store
+    if study_text is None or file is None:
+        raise UserError("no study given", fix="pass a study file")
+    study = load_study_text(study_text, file)
+    out = out or default_out_dir(study)
+    if Store.exists(out):
+        raise UserError("this directory already holds results", file=str(out),
+                        fix="add --resume to finish that study, or choose another --out")
+    return study, study_text, file, out, None
+
+
+def run_study(study_text: str | None, file: str | None, out: Path | None, resume: bool,
+              console: Console) -> Path:
+    study, study_text, file, out, store = open_store(study_text, file, out, resume)
+    platforms = check_platforms(study, file)
+    plan = expand(study)
+    done = store.finished_ids() if store else set()
+    todo = [c for c in plan if c.cell_id not in done]
+
+    for platform_cls in {type(p) for p in platforms.values()}:
+        for removed in platform_cls.sweep_stale():
+            console.print(f"[yellow]removed a leftover of an earlier run:[/] {removed}")
+
+    data_paths = prepare_data(todo)
+    for platform in platforms.values():
+        platform.prepare()
+    if store is None:
+        fingerprint = host_fingerprint()
+        fingerprint["platforms"] = {key: {"display": p.display(), **p.fingerprint()}
+                                    for key, p in platforms.items()}
+        store = Store.create(out, study_text, study.name, file, fingerprint)
+    console.print(f"study [bold]{study.name}[/]: {len(plan)} cells "
+                  f"({len(done)} already done, {len(todo)} to run) -> {out}")
+
+    failures = 0
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeRemainingColumn(), console=console, transient=False)
+    try:
+        with sigterm_as_interrupt(), progress:
+            task = progress.add_task("running", total=len(plan), completed=len(done))
+            for cell in todo:
+                cell = dataclasses.replace(cell, data_dir=data_paths.get(cell.data_key or ""))
+                platform = platforms[cell.platform_key]
+                tag = " (warm-up)" if cell.warmup else ""
+                progress.update(task, description=f"{cell.workload_key} on {platform.display()}{tag}")
+                outcome = run_cell(cell, platform)
+                store.record(outcome, platform.display())
+                if outcome.status != "ok":
+                    failures += 1
+                    progress.console.print(f"[red]{outcome.status}[/] {cell.cell_id}: {outcome.error}")
+                progress.advance(task)
+    except KeyboardInterrupt:
+        console.print(f"\n[yellow]interrupted[/]: finished cells are saved; continue with "
+                      f"`isobench run --resume --out {out}`")
+        raise
+    finally:
+        for platform in platforms.values():
+            platform.cleanup()
+        prune_empty(runner_tag())
+        store.close()
+    if failures:
+        console.print(f"[red]{failures} cell(s) failed[/]; `isobench summary {out}` lists them")
+    return out
+

@@ -1,0 +1,194 @@
+"""The study store.
+
+One SQLite database (WAL) per study directory. A cell's row, its metrics and its
+per-item phase records are written in one transaction when the cell finishes, so a
+``kill -9`` at any moment loses no finished cell; the cell id is the primary key, so
+no cell is ever recorded twice.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from isobench.errors import UserError
+
+STORE_FILE = "isobench.sqlite"
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cells (
+    cell_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    grp TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    workload_key TEXT NOT NULL,
+    params TEXT NOT NULL,
+    platform TEXT NOT NULL,
+    platform_key TEXT NOT NULL,
+    display TEXT NOT NULL,
+    knobs TEXT NOT NULL,
+    rep INTEGER NOT NULL,
+    warmup INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    exit_code INTEGER,
+    error TEXT,
+    stderr_tail TEXT,
+    started_at REAL NOT NULL,
+    wall_s REAL NOT NULL,
+    startup_s REAL,
+    items INTEGER NOT NULL,
+    inside TEXT,
+    platform_info TEXT,
+    recorded_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    cell_id TEXT NOT NULL REFERENCES cells(cell_id),
+    metric TEXT NOT NULL,
+    value REAL NOT NULL,
+    unit TEXT NOT NULL,
+    PRIMARY KEY (cell_id, metric)
+);
+CREATE TABLE IF NOT EXISTS phases (
+    cell_id TEXT NOT NULL REFERENCES cells(cell_id),
+    item INTEGER NOT NULL,
+    phase TEXT NOT NULL,
+    seconds REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS phases_cell ON phases(cell_id);
+"""
+
+
+def cell_metrics(outcome: Any) -> list[tuple[str, float, str]]:
+    """Summary metrics of one cell. Per-item times are means over the cell's items."""
+    metrics: list[tuple[str, float, str]] = []
+    items = outcome.items
+    if items:
+        e2e = [item["e2e"] for item in items]
+        metrics.append(("e2e", statistics.fmean(e2e), "s"))
+        ordered = sorted(e2e)
+        metrics.append(("e2e.p50", ordered[len(ordered) // 2], "s"))
+        metrics.append(("e2e.p99", ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], "s"))
+        names = {name for item in items for name in item["phases"]}
+        for name in sorted(names):
+            values = [item["phases"].get(name, 0.0) for item in items]
+            metrics.append((f"phase.{name}", statistics.fmean(values), "s"))
+    for name, seconds in outcome.setup.items():
+        metrics.append((f"setup.{name}", seconds, "s"))
+    if outcome.done and outcome.done.get("run_s") is not None:
+        metrics.append(("cell.run", outcome.done["run_s"], "s"))
+    metrics.append(("cell.wall", outcome.wall_s, "s"))
+    if outcome.startup_s is not None:
+        metrics.append(("cell.startup", outcome.startup_s, "s"))
+    return metrics
+
+
+class Store:
+    def __init__(self, directory: Path, conn: sqlite3.Connection) -> None:
+        self.directory = directory
+        self.conn = conn
+
+    # -- opening ----------------------------------------------------------------------
+    @staticmethod
+    def _connect(path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    @classmethod
+    def create(cls, directory: Path, study_text: str, study_name: str, study_file: str,
+               fingerprint: dict[str, Any]) -> Store:
+        directory.mkdir(parents=True, exist_ok=True)
+        conn = cls._connect(directory / STORE_FILE)
+        conn.executescript(SCHEMA)
+        meta = {"schema_version": str(SCHEMA_VERSION), "study_yaml": study_text, "study_name": study_name,
+                "study_file": study_file, "created_at": str(time.time()),
+                "host": json.dumps(fingerprint, sort_keys=True)}
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", meta.items())
+        conn.execute("COMMIT")
+        return cls(directory, conn)
+
+    @classmethod
+    def open(cls, directory: Path) -> Store:
+        path = directory / STORE_FILE
+        if not path.exists():
+            raise UserError("no isobench results here", file=str(directory),
+                            fix="give the directory `isobench run --out` wrote")
+        conn = cls._connect(path)
+        return cls(directory, conn)
+
+    @staticmethod
+    def exists(directory: Path) -> bool:
+        return (directory / STORE_FILE).exists()
+
+    # -- meta ---------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row["value"] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+
+    def host(self) -> dict[str, Any]:
+        return json.loads(self.meta("host") or "{}")
+
+    # -- cells --------------------------------------------------------------------------
+    def finished_ids(self) -> set[str]:
+        return {row[0] for row in self.conn.execute("SELECT cell_id FROM cells")}
+
+    def record(self, outcome: Any, display: str) -> bool:
+        """Write a finished cell atomically. Returns False if it was already recorded."""
+        cell = outcome.cell
+        inside = outcome.hello.get("inside") if outcome.hello else None
+        row = (cell.cell_id, cell.seq, cell.group, cell.workload, cell.workload_key,
+               json.dumps(cell.params, sort_keys=True), cell.platform, cell.platform_key, display,
+               json.dumps(cell.knobs, sort_keys=True), cell.rep, int(cell.warmup), outcome.status,
+               outcome.exit_code, outcome.error, outcome.stderr_tail, outcome.started_at, outcome.wall_s,
+               outcome.startup_s, len(outcome.items), json.dumps(inside, sort_keys=True),
+               json.dumps(outcome.platform_info, sort_keys=True, default=str), time.time())
+        phase_rows = [(cell.cell_id, item["i"], name, seconds)
+                      for item in outcome.items
+                      for name, seconds in [("e2e", item["e2e"]), *item["phases"].items()]]
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute(f"INSERT INTO cells VALUES ({','.join('?' * len(row))})", row)
+            if outcome.status == "ok":
+                self.conn.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)",
+                                      [(cell.cell_id, m, v, u) for m, v, u in cell_metrics(outcome)])
+                self.conn.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)", phase_rows)
+            self.conn.execute("COMMIT")
+        except sqlite3.IntegrityError:
+            self.conn.execute("ROLLBACK")
+            return False
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        return True
+
+    def cells(self, include_warmup: bool = False) -> list[dict[str, Any]]:
+        query = "SELECT * FROM cells" + ("" if include_warmup else " WHERE warmup = 0") + " ORDER BY seq"
+        rows = []
+        for row in self.conn.execute(query):
+            record = dict(row)
+            for key in ("params", "knobs", "inside", "platform_info"):
+                record[key] = json.loads(record[key]) if record[key] else None
+            rows.append(record)
+        return rows
+
+    def metric_rows(self) -> Iterator[sqlite3.Row]:
+        yield from self.conn.execute(
+            "SELECT c.*, m.metric, m.value, m.unit FROM metrics m JOIN cells c USING (cell_id) "
+            "ORDER BY c.seq, m.metric")
+
+    def close(self) -> None:
+        self.conn.close()

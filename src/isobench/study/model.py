@@ -1,0 +1,133 @@
+"""The study file's schema (pydantic). Host-dependent checks live in the loader."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from isobench.hostinfo import parse_cpu_list
+
+_MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_MEMORY_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+MIN_MEMORY = 32 * 2**20
+
+
+def parse_memory(value: str | int) -> int:
+    """``512m``, ``2g``, ``1.5GiB`` or a byte count -> bytes."""
+    if isinstance(value, int):
+        return value
+    match = _MEMORY_RE.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a size; write e.g. 512m or 2g")
+    return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2).lower()])
+
+
+class Knobs(BaseModel):
+    """Resource and runtime knobs. Every platform applies them, bare metal included."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpus: float | None = Field(None, gt=0, le=1024, description="CFS quota in cores (fractional)")
+    cpuset: str | None = Field(None, description="cores to pin to, e.g. '0' or '0-1'")
+    memory: str | None = Field(None, description="memory limit, e.g. 512m, 2g")
+    seccomp: Literal["default", "unconfined"] | None = Field(
+        None, description="'default': the platform's usual filter; 'unconfined': none")
+    threads: int | None = Field(None, ge=1, le=1024, description="torch intra-op threads")
+
+    @field_validator("cpuset", mode="before")
+    @classmethod
+    def _cpuset(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, int):
+            value = str(value)
+        if isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        parse_cpu_list(str(value))
+        return str(value)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        size = parse_memory(value)
+        if size < MIN_MEMORY:
+            raise ValueError(f"{value!r} is below the 32m that a Python process needs")
+        return str(value)
+
+    def memory_bytes(self) -> int | None:
+        return parse_memory(self.memory) if self.memory is not None else None
+
+    def cpuset_list(self) -> list[int] | None:
+        return parse_cpu_list(self.cpuset) if self.cpuset is not None else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+#: knob values in a study may be lists: each list is swept (one cell group per value)
+KnobValues = dict[str, Any]
+
+
+class WorkloadEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    label: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    #: parameter -> list of values; each value gives its own cell group
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class PlatformEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    label: str | None = None
+    runtime: str | None = None
+    image: str | None = Field(None, description="user image with Python, torch and isobench inside")
+    knobs: KnobValues = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class Study(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    description: str = ""
+    workloads: list[WorkloadEntry] = Field(min_length=1)
+    platforms: list[PlatformEntry] = Field(min_length=1)
+    baseline: str | None = None
+    knobs: KnobValues = Field(default_factory=dict)
+    repetitions: int = Field(5, ge=1, le=10_000)
+    warmup: int = Field(1, ge=0, le=100)
+    seed: int = 0
+    timeout_s: float = Field(600.0, gt=0, le=7 * 24 * 3600, description="per-cell timeout")
+
+    @model_validator(mode="after")
+    def _unique_keys(self) -> Study:
+        for what, entries in (("platforms", self.platforms), ("workloads", self.workloads)):
+            seen: dict[str, int] = {}
+            for index, entry in enumerate(entries):
+                if entry.key in seen:
+                    raise ValueError(
+                        f"{what}[{index}] repeats {entry.key!r} of {what}[{seen[entry.key]}]; "
+                        "give one of them a distinct `label`")
+                seen[entry.key] = index
+        if self.baseline is None:
+            self.baseline = self.platforms[0].key
+        return self
+
+    def baseline_entry(self) -> PlatformEntry:
+        return next(p for p in self.platforms if p.key == self.baseline)

@@ -1,0 +1,55 @@
+"""The workload lifecycle: ``prepare_data`` on the host, ``run`` inside the cell.
+
+A workload never prints its results: it hands each timed item to the
+:class:`~isobench.workloads.channel.CellContext`, which writes JSON lines on the
+platform's record channel.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from isobench.workloads.channel import CellContext
+
+
+class WorkloadParams(BaseModel):
+    """Base for each workload's parameters: unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Workload(ABC):
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    #: what one timed item is: "request", "minibatch", "iteration"
+    item: ClassVar[str] = "item"
+    #: per-item phases, in order; their sum is at most the item's e2e time
+    phases: ClassVar[tuple[str, ...]] = ()
+    #: one-off phases recorded once per cell (model load, data load, ...)
+    setup_phases: ClassVar[tuple[str, ...]] = ()
+    Params: ClassVar[type[WorkloadParams]] = WorkloadParams
+    #: the parameter that says how many items a cell runs (for estimates)
+    needs_data: ClassVar[bool] = False
+
+    @classmethod
+    def data_key(cls, params: WorkloadParams) -> str | None:
+        """A stable name for the data set ``params`` need, or None when no data is needed."""
+        return None
+
+    @classmethod
+    def prepare_data(cls, params: WorkloadParams, target: Path) -> None:
+        """Generate the data set into ``target`` (host side, before any cell runs)."""
+
+    @classmethod
+    def estimate_s(cls, params: WorkloadParams) -> float:
+        """Rough seconds one cell spends inside the workload on a 2-core machine."""
+        return 5.0
+
+    @abstractmethod
+    def run(self, params: WorkloadParams, ctx: CellContext) -> None:
+        """Run inside the cell; report setup phases and items through ``ctx``."""

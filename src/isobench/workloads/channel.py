@@ -1,0 +1,63 @@
+"""The in-cell side of the record channel.
+
+The worker owns the process's original stdout as its record channel: before any
+workload code runs it moves fd 1 aside and points fd 1 at stderr, so a stray print
+from a library can never corrupt the JSON lines the runner reads. Every platform
+carries stdout back (a pipe for host processes and OCI runtimes, the attached
+stream for Docker, a serial port for VMs), so no shared filesystem is assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+RECORD_VERSION = 1
+
+
+def claim_stdout_for_records() -> IO[str]:
+    """Return a text stream on the original stdout and send fd 1 to stderr."""
+    record_fd = os.dup(1)
+    os.dup2(2, 1)
+    return os.fdopen(record_fd, "w", buffering=1, encoding="utf-8")
+
+
+class CellContext:
+    """What a workload sees of isobench while it runs inside a cell."""
+
+    def __init__(self, stream: IO[str], cell: dict[str, Any]) -> None:
+        self._stream = stream
+        self.cell = cell
+        self.data_dir = Path(cell["data_dir"]) if cell.get("data_dir") else None
+        self.threads: int | None = cell.get("knobs", {}).get("threads")
+        self.seed: int = int(cell.get("seed", 0))
+        self._items = 0
+        self._run_started: float | None = None
+
+    def emit(self, record: dict[str, Any]) -> None:
+        self._stream.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    @contextmanager
+    def setup(self, name: str) -> Iterator[None]:
+        """Time a one-off phase (model load, data load, ...)."""
+        start = time.perf_counter()
+        yield
+        self.emit({"type": "setup", "name": name, "dur": time.perf_counter() - start})
+
+    def start_run(self) -> None:
+        """Mark the start of the timed items (after setup)."""
+        self._run_started = time.perf_counter()
+
+    def item(self, phases: dict[str, float], e2e: float) -> None:
+        """Report one timed item: its phase durations and its end-to-end time (seconds)."""
+        self.emit({"type": "item", "i": self._items, "e2e": e2e, "phases": phases})
+        self._items += 1
+
+    def finish(self, **extra: Any) -> None:
+        run_s = time.perf_counter() - self._run_started if self._run_started else None
+        self.emit({"type": "done", "items": self._items, "run_s": run_s, **extra})

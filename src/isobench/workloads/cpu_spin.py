@@ -1,0 +1,48 @@
+"""cpu-spin: a single-threaded loop of fixed work, to calibrate platforms and knobs.
+
+Without torch it starts in milliseconds, so it also shows each platform's start-up
+cost and CFS-quota throttling (time per iteration scales with 1/quota below one core).
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import Field
+
+from isobench.workloads import WORKLOADS
+from isobench.workloads.base import Workload, WorkloadParams
+from isobench.workloads.channel import CellContext
+
+
+class CpuSpinParams(WorkloadParams):
+    iterations: int = Field(20, ge=1, le=100_000, description="timed items per cell")
+    work: int = Field(200_000, ge=1, le=10**9, description="loop steps per item")
+
+
+def spin(work: int) -> int:
+    acc = 0
+    for i in range(work):
+        acc = (acc * 31 + i) & 0xFFFFFFFF
+    return acc
+
+
+@WORKLOADS.register("cpu-spin")
+class CpuSpin(Workload):
+    description = "single-threaded integer loop of fixed work (calibration)"
+    item = "iteration"
+    phases = ("compute",)
+    Params = CpuSpinParams
+    uses_torch = False
+
+    @classmethod
+    def estimate_s(cls, params: CpuSpinParams) -> float:  # type: ignore[override]
+        return params.iterations * params.work * 6e-8
+
+    def run(self, params: CpuSpinParams, ctx: CellContext) -> None:  # type: ignore[override]
+        ctx.start_run()
+        for _ in range(params.iterations):
+            start = time.perf_counter()
+            spin(params.work)
+            elapsed = time.perf_counter() - start
+            ctx.item({"compute": elapsed}, elapsed)

@@ -1,0 +1,60 @@
+"""The cell's entry point: ``python -m isobench.workloads.worker CELL_JSON``.
+
+The same module runs on every platform. It writes, on the record channel:
+``hello`` (what the cell really got), ``setup`` phases, one ``item`` per timed
+item, then ``done`` or ``error``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def main(argv: list[str]) -> int:
+    stream_started = time.time()
+    from isobench.workloads.channel import RECORD_VERSION, CellContext, claim_stdout_for_records
+
+    records = claim_stdout_for_records()
+    cell = json.loads(argv[0])
+    threads = cell.get("knobs", {}).get("threads")
+    if threads:
+        # Before torch is imported, so OpenMP sizes its pool from it as well.
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ["MKL_NUM_THREADS"] = str(threads)
+    from isobench.workloads.inspect_cell import inspect_cell
+
+    ctx = CellContext(records, cell)
+    ctx.emit({"type": "hello", "version": RECORD_VERSION, "wall_time": stream_started,
+              "cell_id": cell.get("cell_id"), "inside": inspect_cell(),
+              "python": sys.executable})
+    try:
+        from isobench.workloads import WORKLOADS
+
+        workload_cls = WORKLOADS.get(cell["workload"])
+        params = workload_cls.Params(**cell.get("params", {}))
+        with ctx.setup("import"):
+            if getattr(workload_cls, "uses_torch", False):
+                import torch
+
+                if threads:
+                    torch.set_num_threads(int(threads))
+        workload_cls().run(params, ctx)
+        extra = {}
+        if getattr(workload_cls, "uses_torch", False):
+            import torch
+
+            extra["torch_threads"] = torch.get_num_threads()
+        ctx.finish(**extra)
+        return 0
+    except Exception as exc:  # reported on the channel, then a non-zero exit
+        ctx.emit({"type": "error", "message": f"{type(exc).__name__}: {exc}",
+                  "traceback": traceback.format_exc()[-4000:]})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

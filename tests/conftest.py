@@ -1,0 +1,60 @@
+"""Shared fixtures. Tests use real engines and runtimes; a test skips only when the host
+truly lacks one, and says which."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ISOBENCH = [sys.executable, "-m", "isobench.cli"]
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 900,
+            check: bool = False) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([*ISOBENCH, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+    if check and out.returncode != 0:
+        raise AssertionError(f"isobench {' '.join(args)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
+    return out
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (cgroups, container runtimes)")
+
+
+def need_docker() -> None:
+    from isobench.platforms.docker import engine_problem
+
+    need_root()
+    problem = engine_problem()
+    if problem:
+        pytest.skip(f"host lacks a Docker engine: {problem}")
+
+
+def need_tool(name: str) -> None:
+    need_root()
+    if shutil.which(name) is None:
+        pytest.skip(f"host lacks {name}")
+
+
+def write_study(path: Path, study: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def tiny_spin() -> dict:
+    return {"name": "cpu-spin", "params": {"iterations": 3, "work": 20000}}
