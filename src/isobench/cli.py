@@ -16,7 +16,8 @@ from isobench.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="What does this execution platform cost my deep-learning workload, and why?")
-console = Console()
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns: give them room.
+console = Console() if sys.stdout.isatty() else Console(width=160)
 err_console = Console(stderr=True)
 
 StudyArg = Annotated[Optional[str], typer.Argument(  # noqa: UP045 (typer needs Optional)
@@ -184,7 +185,9 @@ def workloads() -> None:
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns an Exit's code instead of raising it.
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except UserError as err:
         err_console.print(str(err), markup=False, highlight=False, soft_wrap=True)
         sys.exit(err.exit_code)

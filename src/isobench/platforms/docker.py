@@ -177,9 +177,12 @@ class DockerBase(Platform):
             return {}
         data = json.loads(out.stdout)
         state = data.get("State", {})
+        host = data.get("HostConfig", {})
+        # What the engine applied, for platforms whose /proc inside cannot show it (gVisor).
         return {"container_id": data.get("Id"), "oom_killed": state.get("OOMKilled"),
-                "container_exit_code": state.get("ExitCode"), "runtime": data.get("HostConfig", {})
-                .get("Runtime")}
+                "container_exit_code": state.get("ExitCode"), "runtime": host.get("Runtime"),
+                "applied": {"nano_cpus": host.get("NanoCpus"), "cpuset_cpus": host.get("CpusetCpus"),
+                            "memory": host.get("Memory"), "security_opt": host.get("SecurityOpt")}}
 
     def cleanup_cell(self, launched: Launched) -> None:
         docker("rm", "-f", launched.name, check=False)

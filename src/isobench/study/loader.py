@@ -27,14 +27,26 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return path
 
 
-_FIXES = {
-    "extra_forbidden": "remove it, or check its spelling",
-    "missing": "add it",
-    "greater_than": "use a larger value",
-    "less_than_equal": "use a smaller value",
-    "literal_error": "use one of the values listed",
-    "too_short": "list at least one entry",
-}
+def _fix_for(error: dict[str, Any]) -> str:
+    ctx = error.get("ctx") or {}
+    kind = error["type"]
+    if kind == "greater_than":
+        return f"use a value greater than {ctx.get('gt')}"
+    if kind == "greater_than_equal":
+        return f"use a value of at least {ctx.get('ge')}"
+    if kind in ("less_than", "less_than_equal"):
+        return f"use a value of at most {ctx.get('le', ctx.get('lt'))}"
+    if kind == "extra_forbidden":
+        return "remove it, or check its spelling (see `isobench workloads` and the README)"
+    if kind == "missing":
+        return "add it"
+    if kind == "literal_error":
+        return f"use {ctx.get('expected')}"
+    if kind == "too_short":
+        return "list at least one entry"
+    if kind == "string_pattern_mismatch":
+        return "use letters, digits, '.', '_' or '-'"
+    return "see the README's 'Study files' section"
 
 
 def _from_validation(err: ValidationError, file: str, prefix: str = "") -> UserError:
@@ -43,10 +55,13 @@ def _from_validation(err: ValidationError, file: str, prefix: str = "") -> UserE
     if prefix:
         field = f"{prefix}.{field}" if field else prefix
     message = first["msg"].removeprefix("Value error, ")
+    fix = _fix_for(first)
+    if "; fix: " in message:  # our own validators carry their fix
+        message, fix = message.split("; fix: ", 1)
     value = first.get("input")
     if first["type"] not in ("missing",) and not isinstance(value, dict | list):
         message = f"{message} (got {value!r})"
-    return UserError(message, file=file, field=field or None, fix=_FIXES.get(first["type"]))
+    return UserError(message, file=file, field=field or None, fix=fix)
 
 
 def knob_combinations(values: dict[str, Any]) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ def parse_memory(value: str | int) -> int:
         return value
     match = _MEMORY_RE.match(str(value))
     if not match:
-        raise ValueError(f"{value!r} is not a size; write e.g. 512m or 2g")
+        raise ValueError(f"{value!r} is not a size; fix: write e.g. 512m or 2g")
     return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2).lower()])
 
 
@@ -45,7 +45,11 @@ class Knobs(BaseModel):
             value = str(value)
         if isinstance(value, list):
             value = ",".join(str(v) for v in value)
-        parse_cpu_list(str(value))
+        try:
+            parse_cpu_list(str(value))
+        except ValueError as err:
+            raise ValueError(f"{value!r} is not a CPU list ({err}); fix: write cores like '0', '0-1' or '0,2'") \
+                from None
         return str(value)
 
     @field_validator("memory", mode="before")
@@ -55,7 +59,7 @@ class Knobs(BaseModel):
             return None
         size = parse_memory(value)
         if size < MIN_MEMORY:
-            raise ValueError(f"{value!r} is below the 32m that a Python process needs")
+            raise ValueError(f"{value!r} is below the 32m a Python process needs; fix: use 32m or more")
         return str(value)
 
     def memory_bytes(self) -> int | None:
@@ -123,7 +127,7 @@ class Study(BaseModel):
                 if entry.key in seen:
                     raise ValueError(
                         f"{what}[{index}] repeats {entry.key!r} of {what}[{seen[entry.key]}]; "
-                        "give one of them a distinct `label`")
+                        "fix: give one of them a distinct `label`")
                 seen[entry.key] = index
         if self.baseline is None:
             self.baseline = self.platforms[0].key

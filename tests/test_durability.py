@@ -1,0 +1,125 @@
+"""kill -9 mid-study loses nothing and duplicates nothing; Ctrl-C leaves nothing behind."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from isobench.plan import expand
+from isobench.study.loader import load_study
+from tests.conftest import need_docker, need_root, need_tool, run_cli, write_study
+from tests.leftovers import all_leftovers, containers, oci_state
+
+
+def _finished(store: Path) -> list[str]:
+    if not store.exists():
+        return []
+    conn = sqlite3.connect(store, timeout=30)
+    try:
+        return [row[0] for row in conn.execute("SELECT cell_id FROM cells")]
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        conn.close()
+
+
+def _start(study: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "isobench.cli", "run", str(study), "--out", str(out), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_kill_9_then_resume_has_no_gaps_and_no_duplicates(tmp_path: Path) -> None:
+    need_tool("runc")
+    study = write_study(tmp_path / "crash.yaml", {
+        "name": "crash",
+        "workloads": [{"name": "cpu-spin", "params": {"iterations": 4, "work": 100_000}}],
+        "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"},
+                      {"name": "oci", "label": "runc", "runtime": "runc"}],
+        "repetitions": 5, "warmup": 1})
+    out = tmp_path / "out"
+    db = out / "isobench.sqlite"
+    planned = [c.cell_id for c in expand(load_study(study)[0])]
+    kills = 0
+    # Kill the runner twice, at different moments, before letting it finish.
+    for threshold in (3, 9):
+        runner = _start(study, out, *(["--resume"] if kills else []))
+        _wait_for(lambda t=threshold: len(_finished(db)) >= t, 120, f"{threshold} finished cells")
+        time.sleep(0.07 * kills)  # land the kill at a different point of the next cell
+        runner.send_signal(signal.SIGKILL)
+        runner.wait()
+        kills += 1
+    assert len(_finished(db)) < len(planned)
+    result = run_cli("run", "--resume", "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr
+    finished = _finished(db)
+    assert sorted(finished) == sorted(planned)  # no gaps
+    assert len(finished) == len(set(finished))  # no duplicates
+    assert "removed a leftover" in result.stdout or not oci_state()
+    assert not all_leftovers()
+    # A second resume has nothing left to do and records nothing twice.
+    again = run_cli("run", "--resume", "--out", str(out), timeout=300)
+    assert again.returncode == 0 and "0 to run" in again.stdout
+    assert len(_finished(db)) == len(planned)
+
+
+def test_new_run_refuses_a_directory_with_results(tmp_path: Path) -> None:
+    need_root()
+    study = write_study(tmp_path / "s.yaml", {
+        "name": "again", "workloads": [{"name": "cpu-spin", "params": {"iterations": 1, "work": 1000}}],
+        "platforms": [{"name": "baremetal"}], "repetitions": 1, "warmup": 0})
+    out = tmp_path / "out"
+    assert run_cli("run", str(study), "--out", str(out)).returncode == 0
+    second = run_cli("run", str(study), "--out", str(out))
+    assert second.returncode == 2 and "--resume" in second.stderr
+
+
+LONG_SPIN = {"name": "cpu-spin", "params": {"iterations": 100_000, "work": 1_000_000}}
+
+
+@pytest.mark.parametrize("platform", ["baremetal", "docker", "oci-runc", "oci-crun", "oci-runsc"])
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_during_a_cell_leaves_nothing(platform: str, how: int, tmp_path: Path) -> None:
+    if platform == "docker":
+        need_docker()
+        entry = {"name": "docker"}
+    elif platform.startswith("oci-"):
+        runtime = platform.removeprefix("oci-")
+        need_tool(runtime)
+        entry = {"name": "oci", "runtime": runtime}
+    else:
+        need_root()
+        entry = {"name": "baremetal"}
+    study = write_study(tmp_path / "int.yaml", {
+        "name": "interrupt", "workloads": [LONG_SPIN], "platforms": [{**entry, "knobs": {"cpus": 0.5}}],
+        "repetitions": 1, "warmup": 0, "timeout_s": 120})
+    out = tmp_path / "out"
+    runner = _start(study, out)
+
+    def cell_running() -> bool:
+        if platform == "docker":
+            return bool(containers())
+        if platform.startswith("oci-"):
+            return any(not s.startswith("bundles/") for s in oci_state())
+        return any(Path(p, "isobench").exists() for p in ["/sys/fs/cgroup/cpu"])
+
+    _wait_for(cell_running, 60, "the cell to start")
+    time.sleep(1.0)
+    runner.send_signal(how)
+    code = runner.wait(timeout=60)
+    assert code == 130, runner.stderr.read().decode() if runner.stderr else code
+    assert not all_leftovers()
