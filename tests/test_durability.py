@@ -54,15 +54,13 @@ def test_kill_9_then_resume_has_no_gaps_and_no_duplicates(tmp_path: Path) -> Non
     out = tmp_path / "out"
     db = out / "isobench.sqlite"
     planned = [c.cell_id for c in expand(load_study(study)[0])]
-    kills = 0
     # Kill the runner twice, at different moments, before letting it finish.
-    for threshold in (3, 9):
+    for kills, threshold in enumerate((3, 9)):
         runner = _start(study, out, *(["--resume"] if kills else []))
         _wait_for(lambda t=threshold: len(_finished(db)) >= t, 120, f"{threshold} finished cells")
         time.sleep(0.07 * kills)  # land the kill at a different point of the next cell
         runner.send_signal(signal.SIGKILL)
         runner.wait()
-        kills += 1
     assert len(_finished(db)) < len(planned)
     result = run_cli("run", "--resume", "--out", str(out), timeout=300)
     assert result.returncode == 0, result.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -99,7 +99,7 @@ def summary(directory: Path,
     print_summary(store, comparisons, console)
 
 
-class ExportFormat(str, Enum):
+class ExportFormat(StrEnum):
     jsonl = "jsonl"
     csv = "csv"
     parquet = "parquet"

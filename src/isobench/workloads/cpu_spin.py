@@ -18,6 +18,8 @@ from isobench.workloads.channel import CellContext
 class CpuSpinParams(WorkloadParams):
     iterations: int = Field(20, ge=1, le=100_000, description="timed items per cell")
     work: int = Field(200_000, ge=1, le=10**9, description="loop steps per item")
+    allocate_mb: int = Field(0, ge=0, le=1 << 20,
+                             description="MiB to allocate and touch first (checks a memory limit bites)")
 
 
 def spin(work: int) -> int:
@@ -40,6 +42,11 @@ class CpuSpin(Workload):
         return params.iterations * params.work * 6e-8
 
     def run(self, params: CpuSpinParams, ctx: CellContext) -> None:  # type: ignore[override]
+        if params.allocate_mb:
+            with ctx.setup("allocate"):
+                block = bytearray(params.allocate_mb << 20)
+                for offset in range(0, len(block), 4096):  # touch every page so it is resident
+                    block[offset] = 1
         ctx.start_run()
         for _ in range(params.iterations):
             start = time.perf_counter()

@@ -1,0 +1,98 @@
+"""The CLI end to end on a small real study: run, summary (--json), export, plan, doctor, listings."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import json_lines, need_docker, need_root, run_cli, write_study
+
+
+@pytest.fixture(scope="module")
+def finished_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    need_docker()
+    tmp = tmp_path_factory.mktemp("cli")
+    study = write_study(tmp / "small.yaml", {
+        "name": "small",
+        "workloads": [{"name": "cpu-spin", "params": {"iterations": 5, "work": 30_000, "allocate_mb": 128}}],
+        "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"},
+                      {"name": "docker", "knobs": {"cpus": 1.5}},
+                      # cpu-spin allocates 128 MiB first: under a 48m limit it is OOM-killed, and the study goes on
+                      {"name": "docker", "label": "starved", "knobs": {"memory": "48m"}}],
+        "repetitions": 3, "warmup": 1, "seed": 3})
+    out = tmp / "out"
+    result = run_cli("run", str(study), "--out", str(out), timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "baremetal/aa" in result.stdout and "docker/runc" in result.stdout
+    assert f"results: {out}" in result.stdout.replace("\n", "")
+    return out
+
+
+def test_summary_json_has_one_record_per_comparison(finished_study: Path) -> None:
+    result = run_cli("summary", str(finished_study), "--json")
+    assert result.returncode == 0, result.stderr
+    records = json.loads(result.stdout)
+    keys = {"workload", "platform", "label", "knobs", "metric", "baseline", "ratio", "ci_low", "ci_high", "n",
+            "significant"}
+    assert records and all(keys <= set(r) for r in records)
+    e2e = [r for r in records if "e2e" in r["metric"] and r["metric"] == "e2e"]
+    by_label = {r["label"]: r for r in e2e}
+    assert set(by_label) >= {"aa", "docker"}
+    assert by_label["docker"]["knobs"] == {"cpus": 1.5}
+    assert by_label["aa"]["n"] == 3 and by_label["aa"]["baseline"] == "baremetal"
+    for record in e2e:
+        assert record["ci_low"] <= record["ratio"] <= record["ci_high"]
+        assert record["significant"] == (record["ci_low"] > 1 or record["ci_high"] < 1)
+    assert len({(r["label"], r["metric"]) for r in records}) == len(records)
+
+
+def test_failed_cells_are_recorded_and_reported(finished_study: Path) -> None:
+    result = run_cli("summary", str(finished_study))
+    assert "did not finish" in result.stdout and "starved" in result.stdout and "OOM" in result.stdout
+    export = finished_study / "failed.jsonl"
+    assert run_cli("export", str(finished_study), "--format", "jsonl", "-o", str(export)).returncode == 0
+    failed = [r for r in json_lines(export.read_text()) if r["status"] != "ok"]
+    assert failed and all(r["platform"] == "docker/starved" for r in failed)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_export_formats(finished_study: Path, fmt: str) -> None:
+    result = run_cli("export", str(finished_study), "--format", fmt)
+    assert result.returncode == 0, result.stderr
+    target = finished_study / f"export.{fmt}"
+    fields = {"study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status"}
+    if fmt == "jsonl":
+        rows = json_lines(target.read_text())
+    elif fmt == "csv":
+        rows = list(csv.DictReader(target.open()))
+    else:
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(target).to_pylist()
+    assert rows and all(set(r) == fields for r in rows)
+    assert {r["metric"] for r in rows} >= {"e2e", "phase.compute", "cell.startup", "cell.wall"}
+    ok_cells = {r["cell_id"] for r in rows if r["status"] == "ok"}
+    assert len(ok_cells) == 9  # 3 platforms that work × 3 repetitions; warm-ups are not exported
+
+
+def test_plan_prints_cells_and_estimate(tmp_path: Path) -> None:
+    result = run_cli("plan")
+    assert result.returncode == 0, result.stderr
+    assert "estimated time" in result.stdout and "warm-up" in result.stdout
+    assert "gvisor" in result.stdout and "resnet-infer" in result.stdout
+
+
+def test_doctor_and_listings() -> None:
+    need_root()
+    doctor = run_cli("doctor")
+    assert doctor.returncode == 0, doctor.stderr
+    for name in ("baremetal", "docker/runc", "oci/crun", "oci/runc", "gvisor/runsc"):
+        assert name in doctor.stdout
+    platforms = run_cli("platforms")
+    assert all(n in platforms.stdout for n in ("baremetal", "docker", "oci", "gvisor"))
+    workloads = run_cli("workloads")
+    assert all(n in workloads.stdout for n in ("cpu-spin", "lenet-train", "resnet-infer"))
+    assert "fetch_stall" in workloads.stdout and "preprocess" in workloads.stdout
