@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -57,6 +58,8 @@ def test_records_arrive_and_knobs_apply(variant: str) -> None:
     assert len(outcome.items) == 3 and outcome.done and outcome.done["items"] == 3
     assert outcome.startup_s is not None and 0 < outcome.startup_s < outcome.wall_s
     inside = outcome.hello["inside"]
+    # host mirror: the cell ran the host's own interpreter, at the host's path
+    assert outcome.hello["python"] == sys.executable
     if variant in ("gvisor", "oci-runsc"):
         # gVisor's /proc is its own: the limits are applied to the sandbox on the host.
         assert inside["in_pid_namespace"]

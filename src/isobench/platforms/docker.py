@@ -231,7 +231,8 @@ class GVisor(DockerBase):
         if "runsc" not in engine_runtimes() and not os.access(DAEMON_JSON.parent, os.W_OK) \
                 and DAEMON_JSON.parent.exists():
             return Availability(False, f"runsc is not a Docker runtime and {DAEMON_JSON} is not writable")
-        return Availability(True, "")
+        return Availability(True, "", notes=["knobs apply to the sandbox's cgroup on the host; gVisor's own "
+                                             "/proc does not show them", "ptrace platform (kvm hangs on nested hosts)"])
 
     def fingerprint(self) -> dict[str, Any]:
         return {**super().fingerprint(), "runsc": tool_version(["runsc", "--version"])}

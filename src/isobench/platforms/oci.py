@@ -150,7 +150,12 @@ class Oci(Platform):
             return Availability(False, f"{runtime} is not installed (apt-get install {runtime})")
         if _needs_private_cgroup_view(runtime) and shutil.which("unshare") is None:
             return Availability(False, "crun needs `unshare` (util-linux) on this hybrid-cgroup host")
-        return Availability(True, "")
+        notes = []
+        if _needs_private_cgroup_view(runtime):
+            notes.append("hybrid cgroups: crun runs in a private mount namespace without the cgroup2 mount")
+        if runtime == "runsc":
+            notes.append("knobs apply to the sandbox's cgroup on the host; gVisor's own /proc does not show them")
+        return Availability(True, "", notes=notes)
 
     def fingerprint(self) -> dict[str, Any]:
         runtime = self.runtime()

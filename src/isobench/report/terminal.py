@@ -53,7 +53,22 @@ def sentence(c: Comparison, comparisons: list[Comparison]) -> str:
 
 
 def headline(comparisons: list[Comparison]) -> list[str]:
-    return [sentence(c, comparisons) for c in comparisons if c.metric == "e2e"]
+    lines = [sentence(c, comparisons) for c in comparisons if c.metric == "e2e"]
+    for c in comparisons:
+        if c.metric == "cell.startup" and c.significant and not c.is_aa:
+            lines.append(f"{c.platform}: starting a cell takes {c.mean:.2f} s vs {c.baseline_mean:.2f} s on "
+                         f"{c.baseline} ({c.ratio:.1f}×, 95% CI {fmt_ci(c)}); not part of e2e")
+    return lines
+
+
+def noise_floor_lines(comparisons: list[Comparison]) -> list[str]:
+    lines = []
+    for c in comparisons:
+        if c.is_aa and c.metric == "e2e" and c.ci_low is not None and c.ci_high is not None:
+            width = max(c.ci_high - 1, 1 - c.ci_low)
+            lines.append(f"A/A noise floor for {c.workload}: {c.platform} vs {c.baseline} is {c.ratio:.3f}× "
+                         f"(95% CI {fmt_ci(c)}): effects smaller than ±{width:.1%} are not resolved")
+    return lines
 
 
 def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
@@ -99,7 +114,7 @@ def failures(store: Store) -> list[str]:
 
 def print_summary(store: Store, comparisons: list[Comparison], console: Console) -> None:
     console.print(comparison_table(store, comparisons))
-    for text in headline(comparisons):
+    for text in noise_floor_lines(comparisons) + headline(comparisons):
         console.print(text)
     failed = failures(store)
     if failed:
