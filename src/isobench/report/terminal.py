@@ -115,12 +115,12 @@ def failures(store: Store) -> list[str]:
 def print_summary(store: Store, comparisons: list[Comparison], console: Console) -> None:
     console.print(comparison_table(store, comparisons))
     for text in noise_floor_lines(comparisons) + headline(comparisons):
-        console.print(text)
+        console.print(text, markup=False, highlight=False)
     failed = failures(store)
     if failed:
         console.print(f"[red]{len(failed)} cell(s) did not finish:[/]")
         for line in failed[:20]:
-            console.print(f"  {line}")
+            console.print(f"  {line}", markup=False, highlight=False)
     host = store.host()
     if host.get("governor") not in (None, "performance"):
         console.print(f"[yellow]warning:[/] CPU governor is {host['governor']!r}, not 'performance': "

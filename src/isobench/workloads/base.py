@@ -33,8 +33,9 @@ class Workload(ABC):
     #: one-off phases recorded once per cell (model load, data load, ...)
     setup_phases: ClassVar[tuple[str, ...]] = ()
     Params: ClassVar[type[WorkloadParams]] = WorkloadParams
-    #: the parameter that says how many items a cell runs (for estimates)
     needs_data: ClassVar[bool] = False
+    #: modules imported inside the timed "import" setup phase, before ``run``
+    imports: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def data_key(cls, params: WorkloadParams) -> str | None:

@@ -35,7 +35,6 @@ class CpuSpin(Workload):
     item = "iteration"
     phases = ("compute",)
     Params = CpuSpinParams
-    uses_torch = False
 
     @classmethod
     def estimate_s(cls, params: CpuSpinParams) -> float:  # type: ignore[override]

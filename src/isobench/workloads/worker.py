@@ -7,6 +7,7 @@ item, then ``done`` or ``error``.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -37,14 +38,15 @@ def main(argv: list[str]) -> int:
         workload_cls = WORKLOADS.get(cell["workload"])
         params = workload_cls.Params(**cell.get("params", {}))
         with ctx.setup("import"):
-            if getattr(workload_cls, "uses_torch", False):
+            for module in workload_cls.imports:
+                importlib.import_module(module)
+            if threads and "torch" in workload_cls.imports:
                 import torch
 
-                if threads:
-                    torch.set_num_threads(int(threads))
+                torch.set_num_threads(int(threads))
         workload_cls().run(params, ctx)
         extra = {}
-        if getattr(workload_cls, "uses_torch", False):
+        if "torch" in workload_cls.imports:
             import torch
 
             extra["torch_threads"] = torch.get_num_threads()

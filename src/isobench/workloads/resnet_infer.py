@@ -1,0 +1,109 @@
+"""resnet-infer: end-to-end image classification over JPEG files on disk, one request at a time.
+
+Per request: ``preprocess`` (read the file, decode, resize, normalize), ``inference``
+(the model's forward pass) and ``postprocess`` (softmax, top-k, label lookup).
+"""
+
+from __future__ import annotations
+
+import time
+from io import BytesIO
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from isobench.workloads import WORKLOADS
+from isobench.workloads.base import Workload, WorkloadParams
+from isobench.workloads.channel import CellContext
+from isobench.workloads.datasets import list_jpeg_folder, write_jpeg_folder
+
+TORCH_IMPORT_S = 4.0
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+class ResnetInferParams(WorkloadParams):
+    image_size: int = Field(64, ge=16, le=1024, description="model input size (pixels, square)")
+    requests: int = Field(50, ge=1, le=10_000_000, description="timed requests (cycling over the files)")
+    n_images: int = Field(64, ge=1, le=1_000_000, description="JPEG files in the generated data set")
+    source_size: int = Field(96, ge=16, le=4096, description="size of the JPEG files on disk")
+    n_classes: int = Field(10, ge=1, le=100_000, description="classes (output units and class folders)")
+    top_k: int = Field(5, ge=1, le=1000, description="labels returned per request")
+    model: Literal["resnet18", "resnet50"] = Field("resnet18", description="torchvision model, random weights")
+
+    @model_validator(mode="after")
+    def _top_k_fits(self) -> ResnetInferParams:
+        if self.top_k > self.n_classes:
+            raise ValueError(f"top_k {self.top_k} exceeds n_classes {self.n_classes}; "
+                             "fix: lower top_k or raise n_classes")
+        return self
+
+
+def preprocess(path: Path, size: int, mean: Any, std: Any) -> Any:
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    data = path.read_bytes()
+    with Image.open(BytesIO(data)) as image:
+        image = image.convert("RGB").resize((size, size), Image.BILINEAR)
+        array = np.asarray(image, dtype=np.float32) / 255.0
+    tensor = torch.from_numpy(array).permute(2, 0, 1)
+    return ((tensor - mean) / std).unsqueeze(0)
+
+
+@WORKLOADS.register("resnet-infer")
+class ResnetInfer(Workload):
+    description = "ResNet E2E inference over a folder of JPEG files generated on disk"
+    item = "request"
+    phases = ("preprocess", "inference", "postprocess")
+    setup_phases = ("import", "model_load", "data_load")
+    Params = ResnetInferParams
+    imports = ("torch", "torchvision", "PIL.Image")
+    needs_data = True
+
+    @classmethod
+    def data_key(cls, params: ResnetInferParams) -> str:  # type: ignore[override]
+        return f"jpeg-n{params.n_images}-px{params.source_size}-c{params.n_classes}-s0"
+
+    @classmethod
+    def prepare_data(cls, params: ResnetInferParams, target: Path) -> None:  # type: ignore[override]
+        write_jpeg_folder(target, params.n_images, params.source_size, params.n_classes, seed=0)
+
+    @classmethod
+    def estimate_s(cls, params: ResnetInferParams) -> float:  # type: ignore[override]
+        per_request = 1.5 * (params.image_size / 224) ** 2 / 16 * (3 if params.model == "resnet50" else 1)
+        return TORCH_IMPORT_S + 2.0 + params.requests * (per_request + 0.002)
+
+    def run(self, params: ResnetInferParams, ctx: CellContext) -> None:  # type: ignore[override]
+        import torch
+        import torchvision
+
+        assert ctx.data_dir is not None, "resnet-infer needs its data set"
+        with ctx.setup("model_load"):
+            torch.manual_seed(ctx.seed)
+            model = getattr(torchvision.models, params.model)(weights=None, num_classes=params.n_classes).eval()
+        with ctx.setup("data_load"):
+            files, classes = list_jpeg_folder(ctx.data_dir)
+            mean = torch.tensor(MEAN).view(3, 1, 1)
+            std = torch.tensor(STD).view(3, 1, 1)
+
+        clock = time.perf_counter
+        answers: list[str] = []
+        ctx.start_run()
+        with torch.inference_mode():
+            for index in range(params.requests):
+                path, _ = files[index % len(files)]
+                t0 = clock()
+                batch = preprocess(path, params.image_size, mean, std)
+                t1 = clock()
+                logits = model(batch)
+                t2 = clock()
+                probabilities = torch.softmax(logits, dim=1)
+                top = torch.topk(probabilities, params.top_k, dim=1)
+                labels = [(classes[i], float(p)) for p, i in zip(top.values[0].tolist(), top.indices[0].tolist(),
+                                                                   strict=True)]
+                t3 = clock()
+                answers.append(labels[0][0])
+                ctx.item({"preprocess": t1 - t0, "inference": t2 - t1, "postprocess": t3 - t2}, t3 - t0)
