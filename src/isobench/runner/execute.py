@@ -73,7 +73,12 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
     platform = platform or platform_for(cell)
     started_at = time.time()
     with tempfile.TemporaryFile() as stderr:
-        launched = platform.launch(cell, worker_argv(cell), stderr)
+        try:
+            launched = platform.launch(cell, worker_argv(cell), stderr)
+        except Exception as exc:  # the platform could not start the cell: record it, go on
+            return CellOutcome(cell=cell, status="failed", exit_code=None,
+                               error=f"the platform could not start the cell: {type(exc).__name__}: {exc}",
+                               stderr_tail="", started_at=started_at, wall_s=0.0, startup_s=None)
         reader = _ChannelReader(launched.proc.stdout)
         reader.start()
         status = "ok"
