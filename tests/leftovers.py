@@ -28,7 +28,15 @@ def cgroups() -> list[str]:
     roots = [Path("/sys/fs/cgroup") / c for c in layout["v1_controllers"]]
     if layout["cgroup2_mount"]:
         roots.append(Path(layout["cgroup2_mount"]))
-    return [str(r / "isobench") for r in roots if (r / "isobench").exists()]
+    found = []
+    for root in roots:
+        for directory in sorted((root / "isobench").rglob("*")) if (root / "isobench").exists() else []:
+            if directory.is_dir():
+                procs = (directory / "cgroup.procs").read_text().split()
+                found.append(f"{directory} procs={procs}")
+        if (root / "isobench").exists() and not found:
+            found.append(str(root / "isobench"))
+    return found
 
 
 def all_leftovers() -> dict[str, list[str]]:

@@ -121,3 +121,18 @@ def test_interrupt_during_a_cell_leaves_nothing(platform: str, how: int, tmp_pat
     code = runner.wait(timeout=60)
     assert code == 130, runner.stderr.read().decode() if runner.stderr else code
     assert not all_leftovers()
+
+
+def test_a_live_runner_is_never_taken_for_stale(tmp_path: Path) -> None:
+    """Any process that runs cells (this test process too) keeps its resources from sweeps."""
+    need_root()
+    from isobench.platforms.base import runner_tag, tag_is_stale
+
+    mine = runner_tag()
+    assert not tag_is_stale(mine)
+    child = subprocess.run([sys.executable, "-c", f"from isobench.platforms.base import tag_is_stale as t; "
+                            f"print(t({mine!r}))"], capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "False"
+    dead = subprocess.run([sys.executable, "-c", "from isobench.platforms.base import runner_tag; "
+                           "print(runner_tag())"], capture_output=True, text=True, check=True).stdout.strip()
+    assert tag_is_stale(dead)

@@ -7,6 +7,7 @@ or host pids: the runner only reads that stream and the exit status.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -116,9 +117,24 @@ def kill_process_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL)
         pass
 
 
+RUNNERS_DIR = Path("/run/isobench/runners")
+_held_lock: dict[str, Any] = {}
+
+
 def runner_tag() -> str:
-    """Who started a resource: ``<pid>-<boot id>``, so a later run can tell if it is stale."""
-    return f"{os.getpid()}-{boot_id()[:8]}"
+    """Who started a resource: ``<pid>-<boot id>``, so a later run can tell if it is stale.
+
+    The first call takes an exclusive lock on ``/run/isobench/runners/<tag>.lock`` and holds
+    it for the life of the process: the lock, not the pid or command line, says the runner
+    is alive, so any process that runs cells (the CLI, a test, a Ray worker) is protected.
+    """
+    tag = f"{os.getpid()}-{boot_id()[:8]}"
+    if _held_lock.get("tag") != tag:  # first call, or a forked child
+        RUNNERS_DIR.mkdir(parents=True, exist_ok=True)
+        handle = (RUNNERS_DIR / f"{tag}.lock").open("a")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        _held_lock.update(tag=tag, handle=handle)
+    return tag
 
 
 def boot_id() -> str:
@@ -129,18 +145,28 @@ def boot_id() -> str:
 
 
 def tag_is_stale(tag: str) -> bool:
-    """True when the runner that made a resource is gone (other boot, or its pid is dead)."""
-    pid_text, _, boot = tag.partition("-")
+    """True when the runner that made a resource is gone: another boot, or nobody holds its lock."""
+    _, _, boot = tag.partition("-")
     if boot != boot_id()[:8]:
         return True
-    try:
-        pid = int(pid_text)
-    except ValueError:
-        return True
-    if pid == os.getpid():
+    if _held_lock.get("tag") == tag:
         return False
+    lock_path = RUNNERS_DIR / f"{tag}.lock"
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        handle = lock_path.open("a")
     except OSError:
         return True
-    return b"isobench" not in cmdline
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # its runner still holds it
+        lock_path.unlink(missing_ok=True)
+        return True
+
+
+def prune_stale_runner_locks() -> None:
+    """Forget the lock files of runners that have ended."""
+    if RUNNERS_DIR.is_dir():
+        for lock in RUNNERS_DIR.glob("*.lock"):
+            tag_is_stale(lock.stem)

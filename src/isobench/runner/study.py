@@ -17,7 +17,7 @@ from isobench.errors import UserError
 from isobench.fingerprint import host_fingerprint
 from isobench.plan.cells import Cell, expand
 from isobench.platforms import PLATFORMS, Platform
-from isobench.platforms.base import runner_tag
+from isobench.platforms.base import prune_stale_runner_locks, runner_tag
 from isobench.platforms.cgroups import prune_empty
 from isobench.platforms.hostmirror import data_root
 from isobench.runner.execute import run_cell
@@ -113,6 +113,7 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
     done = store.finished_ids() if store else set()
     todo = [c for c in plan if c.cell_id not in done]
 
+    runner_tag()  # take this runner's liveness lock before looking for dead runners' leftovers
     for platform_cls in {type(p) for p in platforms.values()}:
         for removed in platform_cls.sweep_stale():
             console.print(f"[yellow]removed a leftover of an earlier run:[/] {removed}")
@@ -153,6 +154,7 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
         for platform in platforms.values():
             platform.cleanup()
         prune_empty(runner_tag())
+        prune_stale_runner_locks()
         store.close()
     if failures:
         console.print(f"[red]{failures} cell(s) failed[/]; `isobench summary {out}` lists them")
