@@ -57,7 +57,8 @@ start_docker() {
   if [[ $EUID -ne 0 ]]; then log "no Docker engine answers and only root can start one"; return; fi
   log "starting dockerd (log: /var/log/isobench-dockerd.log)"
   mkdir -p /var/log
-  nohup dockerd --iptables=false --bridge=none >/var/log/isobench-dockerd.log 2>&1 &
+  # Detached (own session, no inherited stdio) so it outlives this script without holding its pipes.
+  setsid nohup dockerd --iptables=false --bridge=none </dev/null >/var/log/isobench-dockerd.log 2>&1 &
   for _ in $(seq 1 60); do
     docker info >/dev/null 2>&1 && return
     sleep 0.5
