@@ -91,7 +91,7 @@ def _baseline_for(group: Group, candidates: list[Group]) -> Group | None:
 
 
 def compare(store: Store) -> list[Comparison]:
-    study = load_study_text(store.meta("study_yaml") or "", store.meta("study_file") or "store")
+    study = load_study_text(store.meta("study_yaml") or "", store.meta("study_file") or "store", check_host=False)
     baseline_key = study.baseline
     baseline_name = study.baseline_entry().name
     groups = load_groups(store)

@@ -85,7 +85,7 @@ def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
         if c.metric != "e2e":
             continue
         start = startup.get((c.workload, c.label, str(c.knobs)))
-        top = phase_attribution(comparisons, c)
+        top = phase_attribution(comparisons, c) if c.significant else None
         marker = "[green]≈[/]" if not c.significant else ("[red]slower[/]" if c.ratio > 1 else "[cyan]faster[/]")
         table.add_row(c.workload, c.platform + (" (A/A)" if c.is_aa else ""), fmt_knobs(c.knobs), str(c.n),
                       fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c), marker,
@@ -98,7 +98,7 @@ def _baseline_rows(store: Store) -> list[tuple[str, str, dict[str, Any], int, fl
     from isobench.analysis.compare import load_groups
     from isobench.study.loader import load_study_text
 
-    study = load_study_text(store.meta("study_yaml") or "", "store")
+    study = load_study_text(store.meta("study_yaml") or "", "store", check_host=False)
     rows = []
     for group in load_groups(store):
         if group.platform_key == study.baseline and "e2e" in group.metrics:

@@ -71,7 +71,7 @@ def knob_combinations(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
 
 
-def _check_knobs(values: dict[str, Any], file: str, field: str) -> None:
+def _check_knobs(values: dict[str, Any], file: str, field: str, check_host: bool) -> None:
     cpus = host_cpus()
     for knob, value in values.items():
         if isinstance(value, list) and not value:
@@ -82,6 +82,8 @@ def _check_knobs(values: dict[str, Any], file: str, field: str) -> None:
             knobs = Knobs(**combo)
         except ValidationError as err:
             raise _from_validation(err, file, field) from None
+        if not check_host:
+            continue
         if knobs.cpus is not None and knobs.cpus > len(cpus):
             raise UserError(f"{knobs.cpus} cores asked for, this host has {len(cpus)}", file=file,
                             field=f"{field}.cpus", fix=f"use a value up to {len(cpus)}")
@@ -93,7 +95,9 @@ def _check_knobs(values: dict[str, Any], file: str, field: str) -> None:
                             field=f"{field}.cpuset", fix=f"use cores among {have}")
 
 
-def validate_study(raw: Any, file: str) -> Study:
+def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
+    """Validate a study; ``check_host=False`` skips what depends on this host (core counts),
+    for reading a stored study on another machine."""
     from isobench.platforms import PLATFORMS
     from isobench.workloads import WORKLOADS
 
@@ -121,13 +125,13 @@ def validate_study(raw: Any, file: str) -> Study:
             except ValidationError as err:
                 raise _from_validation(err, file, f"{field}.params") from None
 
-    _check_knobs(study.knobs, file, "knobs")
+    _check_knobs(study.knobs, file, "knobs", check_host)
     for index, entry in enumerate(study.platforms):
         field = f"platforms[{index}]"
         if entry.name not in PLATFORMS:
             raise UserError(f"unknown platform {entry.name!r}", file=file, field=f"{field}.name",
                             fix=f"use one of {', '.join(PLATFORMS.names())} (see `isobench platforms`)")
-        _check_knobs({**study.knobs, **entry.knobs}, file, f"{field}.knobs")
+        _check_knobs({**study.knobs, **entry.knobs}, file, f"{field}.knobs", check_host)
         try:
             PLATFORMS.get(entry.name).validate_entry(entry)
         except ValueError as err:
@@ -140,7 +144,7 @@ def validate_study(raw: Any, file: str) -> Study:
     return study
 
 
-def load_study_text(text: str, file: str) -> Study:
+def load_study_text(text: str, file: str, check_host: bool = True) -> Study:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -149,7 +153,7 @@ def load_study_text(text: str, file: str) -> Study:
         problem = getattr(err, "problem", None) or "malformed YAML"
         raise UserError(f"malformed YAML at {where}: {problem}", file=file,
                         fix="check indentation and quoting there") from None
-    return validate_study(raw, file)
+    return validate_study(raw, file, check_host)
 
 
 def default_study_text() -> str:

@@ -1,0 +1,58 @@
+"""Summary from a store built with known values, as if copied from another host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from isobench.plan import expand
+from isobench.runner.execute import CellOutcome
+from isobench.store import Store
+from isobench.study.loader import load_study_text
+from tests.conftest import run_cli
+
+# Core 63 exists on the host that ran this, not necessarily here: summary must not care.
+STUDY = """
+name: copied
+workloads: [{name: cpu-spin}]
+platforms:
+  - {name: baremetal}
+  - {name: baremetal, label: aa}
+  - {name: docker, knobs: {cpuset: "63"}}
+repetitions: 4
+warmup: 1
+"""
+
+
+def _outcome(cell, per_item: float) -> CellOutcome:  # type: ignore[no-untyped-def]
+    items = [{"i": i, "e2e": per_item, "phases": {"compute": per_item * 0.9}} for i in range(5)]
+    return CellOutcome(cell=cell, status="ok", exit_code=0, error=None, stderr_tail="", started_at=0.0,
+                       wall_s=1.0, startup_s=0.1, setup={"import": 0.01}, items=items,
+                       done={"type": "done", "items": 5, "run_s": per_item * 5})
+
+
+def test_summary_of_known_values(tmp_path: Path) -> None:
+    study = load_study_text(STUDY, "copied.yaml", check_host=False)
+    store = Store.create(tmp_path, STUDY, "copied", "copied.yaml", {"governor": "performance"})
+    # docker is exactly 1.5× bare metal; the A/A entry wobbles by ±1% around it.
+    wobble = [1.01, 0.99, 1.0, 1.0, 1.0]
+    for cell in expand(study):
+        base = 0.010 * wobble[cell.rep % len(wobble)]
+        per_item = base * (1.5 if cell.platform == "docker" else 1.0)
+        assert store.record(_outcome(cell, per_item), cell.platform_key)
+    assert not store.record(_outcome(expand(study)[0], 1.0), "x")  # recorded once, never twice
+    store.close()
+
+    result = run_cli("summary", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    records = {(r["label"], r["metric"]): r for r in json.loads(result.stdout)}
+    docker = records[("docker", "e2e")]
+    assert docker["ratio"] == pytest.approx(1.5, rel=1e-9)
+    assert docker["significant"] and docker["n"] == 4 and docker["knobs"] == {"cpuset": "63"}
+    aa = records[("aa", "e2e")]
+    assert aa["ratio"] == pytest.approx(1.0, abs=1e-9) and not aa["significant"]
+    assert records[("docker", "phase.compute")]["ratio"] == pytest.approx(1.5)
+    text = run_cli("summary", str(tmp_path)).stdout
+    assert "1.50× baremetal" in text and "mostly in compute" in text
