@@ -89,12 +89,12 @@ def test_new_run_refuses_a_directory_with_results(tmp_path: Path) -> None:
 LONG_SPIN = {"name": "cpu-spin", "params": {"iterations": 100_000, "work": 1_000_000}}
 
 
-@pytest.mark.parametrize("platform", ["baremetal", "docker", "oci-runc", "oci-crun", "oci-runsc"])
+@pytest.mark.parametrize("platform", ["baremetal", "docker", "gvisor", "oci-runc", "oci-crun", "oci-runsc"])
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_during_a_cell_leaves_nothing(platform: str, how: int, tmp_path: Path) -> None:
-    if platform == "docker":
+    if platform in ("docker", "gvisor"):
         need_docker()
-        entry = {"name": "docker"}
+        entry = {"name": platform}
     elif platform.startswith("oci-"):
         runtime = platform.removeprefix("oci-")
         need_tool(runtime)
@@ -109,7 +109,7 @@ def test_interrupt_during_a_cell_leaves_nothing(platform: str, how: int, tmp_pat
     runner = _start(study, out)
 
     def cell_running() -> bool:
-        if platform == "docker":
+        if platform in ("docker", "gvisor"):
             return bool(containers())
         if platform.startswith("oci-"):
             return any(not s.startswith("bundles/") for s in oci_state())

@@ -56,7 +56,7 @@ def headline(comparisons: list[Comparison]) -> list[str]:
     lines = [sentence(c, comparisons) for c in comparisons if c.metric == "e2e"]
     for c in comparisons:
         if c.metric == "cell.startup" and c.significant and not c.is_aa:
-            lines.append(f"{c.platform}: starting a cell takes {c.mean:.2f} s vs {c.baseline_mean:.2f} s on "
+            lines.append(f"{c.platform} ({c.workload}): starting a cell takes {c.mean:.2f} s vs {c.baseline_mean:.2f} s on "
                          f"{c.baseline} ({c.ratio:.1f}×, 95% CI {fmt_ci(c)}); not part of e2e")
     return lines
 

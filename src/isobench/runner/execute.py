@@ -8,6 +8,7 @@ cleanup, whatever happens (timeout, crash, Ctrl-C).
 from __future__ import annotations
 
 import json
+import subprocess
 import tempfile
 import threading
 import time
@@ -86,9 +87,7 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
         try:
             try:
                 launched.proc.wait(timeout=cell.timeout_s)
-            except Exception as exc:  # TimeoutExpired: the cell ran out of time
-                if type(exc).__name__ != "TimeoutExpired":
-                    raise
+            except subprocess.TimeoutExpired:
                 status = "timeout"
             ended = time.monotonic()
             if status == "ok":
