@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -141,6 +142,8 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
                 tag = " (warm-up)" if cell.warmup else ""
                 progress.update(task, description=f"{cell.workload_key} on {platform.display()}{tag}")
                 outcome = run_cell(cell, platform)
+                # A resumed study may finish on another boot or host: say where each cell ran.
+                outcome.platform_info.update(host=socket.gethostname(), runner=runner_tag())
                 store.record(outcome, platform.display())
                 if outcome.status != "ok":
                     failures += 1
