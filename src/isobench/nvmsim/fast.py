@@ -1,0 +1,300 @@
+"""Compiled fast paths (numba) of :mod:`isobench.nvmsim.model`, and the one-pass LRU sweep.
+
+Each function reproduces the reference loop event for event; the tests compare them on
+random traces. The sweep computes LRU stack distances once (Mattson et al.) with a
+Fenwick tree, so every capacity's result follows from one pass over the trace.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from isobench.nvmsim.devices import Device
+from isobench.nvmsim.model import SimConfig, SimResult
+from isobench.nvmsim.trace import READ, Trace
+
+
+@njit(cache=True)
+def _lru(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, slow_w, slow_r):  # noqa: PLR0913
+    n = pages.shape[0]
+    latency = np.empty(n, np.float64)
+    prev = np.full(n_pages, -1, np.int64)
+    nxt = np.full(n_pages, -1, np.int64)
+    resident = np.zeros(n_pages, np.bool_)
+    dirty = np.zeros(n_pages, np.bool_)
+    head = -1  # least recently written
+    tail = -1  # most recently written
+    size = 0
+    n_dirty = 0
+    hits = misses = sync = bg = slow_reads = 0
+    for i in range(n):
+        page = pages[i]
+        if ops[i] == READ:
+            if resident[page]:
+                latency[i] = nvm_r
+            else:
+                latency[i] = slow_r
+                slow_reads += 1
+            continue
+        if resident[page]:
+            hits += 1
+            if not dirty[page]:
+                dirty[page] = True
+                n_dirty += 1
+            if page != tail:  # move to the most recent end
+                p, q = prev[page], nxt[page]
+                if p == -1:
+                    head = q
+                else:
+                    nxt[p] = q
+                prev[q] = p
+                prev[page] = tail
+                nxt[page] = -1
+                nxt[tail] = page
+                tail = page
+            latency[i] = nvm_w
+        else:
+            misses += 1
+            cost = nvm_w
+            if size >= capacity:
+                victim = head
+                if dirty[victim]:
+                    cost += slow_w
+                    sync += 1
+                    dirty[victim] = False
+                    n_dirty -= 1
+                head = nxt[victim]
+                if head == -1:
+                    tail = -1
+                else:
+                    prev[head] = -1
+                resident[victim] = False
+                size -= 1
+            resident[page] = True
+            dirty[page] = True
+            n_dirty += 1
+            prev[page] = tail
+            nxt[page] = -1
+            if tail == -1:
+                head = page
+            else:
+                nxt[tail] = page
+            tail = page
+            size += 1
+            latency[i] = cost
+        if background and n_dirty > high:
+            cursor = head
+            while cursor != -1 and n_dirty > low:
+                if dirty[cursor]:
+                    dirty[cursor] = False
+                    n_dirty -= 1
+                    bg += 1
+                cursor = nxt[cursor]
+    return latency, hits, misses, sync, bg, slow_reads
+
+
+@njit(cache=True)
+def _clock(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, slow_w, slow_r):  # noqa: PLR0913
+    n = pages.shape[0]
+    latency = np.empty(n, np.float64)
+    frames = np.full(capacity, -1, np.int64)
+    slot_of = np.full(n_pages, -1, np.int64)
+    refbit = np.zeros(n_pages, np.bool_)
+    dirty = np.zeros(n_pages, np.bool_)
+    size = 0
+    hand = 0
+    n_dirty = 0
+    hits = misses = sync = bg = slow_reads = 0
+    for i in range(n):
+        page = pages[i]
+        if ops[i] == READ:
+            if slot_of[page] >= 0:
+                latency[i] = nvm_r
+            else:
+                latency[i] = slow_r
+                slow_reads += 1
+            continue
+        if slot_of[page] >= 0:
+            hits += 1
+            if not dirty[page]:
+                dirty[page] = True
+                n_dirty += 1
+            refbit[page] = True
+            latency[i] = nvm_w
+        else:
+            misses += 1
+            cost = nvm_w
+            if size >= capacity:
+                while refbit[frames[hand]]:
+                    refbit[frames[hand]] = False
+                    hand = (hand + 1) % capacity
+                victim = frames[hand]
+                if dirty[victim]:
+                    cost += slow_w
+                    sync += 1
+                    dirty[victim] = False
+                    n_dirty -= 1
+                slot_of[victim] = -1
+                frames[hand] = page
+                slot_of[page] = hand
+                hand = (hand + 1) % capacity
+            else:
+                frames[size] = page
+                slot_of[page] = size
+                size += 1
+            refbit[page] = False
+            dirty[page] = True
+            n_dirty += 1
+            latency[i] = cost
+        if background and n_dirty > high:
+            # coldest first: from the hand, pages without a reference bit, then those with one
+            for want_ref in (False, True):
+                for k in range(size):
+                    if n_dirty <= low:
+                        break
+                    cand = frames[(hand + k) % size]
+                    if dirty[cand] and refbit[cand] == want_ref:
+                        dirty[cand] = False
+                        n_dirty -= 1
+                        bg += 1
+    return latency, hits, misses, sync, bg, slow_reads
+
+
+KERNELS = {"lru": _lru, "clock": _clock}
+
+
+def simulate_fast(trace: Trace, config: SimConfig, nvm: Device, slow: Device) -> SimResult:
+    kernel = KERNELS.get(config.policy)
+    if kernel is None:
+        raise ValueError(f"no fast path for policy {config.policy!r}; use simulate_reference")
+    out = kernel(trace.page, trace.op, max(trace.n_pages, 1), config.capacity,
+                 config.high_watermark * config.capacity, config.low_watermark * config.capacity,
+                 config.background, nvm.page_write_s, nvm.page_read_s, slow.page_write_s, slow.page_read_s)
+    latency, hits, misses, sync, bg, slow_reads = out
+    return SimResult(latency, int(hits), int(misses), int(sync), int(bg), int(slow_reads))
+
+
+@njit(cache=True)
+def _lru_buckets(pages, ops, n_pages, caps):
+    """Histograms, over b = how many of the sorted capacities ``caps`` an event's LRU stack depth
+    reaches (len(caps): never written, or deeper than the largest capacity), of writes, of
+    min(b, capacities already full) for writes (a miss in a full cache destages), and of reads.
+
+    One LRU list holds the pages up to the largest capacity, with a marker at the last page
+    inside each capacity: an access moves only the markers above the page's old depth, so
+    a hit near the top costs a few steps and only deep misses cost len(caps).
+    Reads look up their page's depth and change nothing.
+    """
+    n = pages.shape[0]
+    n_caps = caps.shape[0]
+    largest = caps[n_caps - 1]
+    prev = np.full(n_pages, -1, np.int64)  # towards the top (most recent)
+    nxt = np.full(n_pages, -1, np.int64)
+    bucket = np.full(n_pages, n_caps, np.int64)  # capacities <= depth; n_caps: not in the list
+    marker = np.full(n_caps, -1, np.int64)  # last page inside capacity k
+    top = -1
+    bottom = -1
+    size = 0
+    # histograms over buckets 0..n_caps: writes, writes that find cache k full, reads
+    write_hist = np.zeros(n_caps + 1, np.int64)
+    sync_hist = np.zeros(n_caps + 1, np.int64)
+    read_hist = np.zeros(n_caps + 1, np.int64)
+    distinct = 0
+    full = 0  # capacities already full: caps[k] <= distinct pages written so far
+    seen = np.zeros(n_pages, np.bool_)
+    for i in range(n):
+        page = pages[i]
+        b = bucket[page]
+        if ops[i] == READ:
+            read_hist[b] += 1
+            continue
+        write_hist[b] += 1
+        sync_hist[min(b, full)] += 1
+        if not seen[page]:
+            seen[page] = True
+            distinct += 1
+            while full < n_caps and caps[full] <= distinct:
+                full += 1
+        if b == 0 and page == top:
+            continue
+        # every capacity the page lies outside of (or all, if absent) loses its last page
+        for k in range(b):
+            last = marker[k]
+            if last == -1:
+                continue
+            bucket[last] += 1
+            up = prev[last]
+            marker[k] = up if up != -1 else page
+        if b < n_caps:  # unlink from its old place
+            if marker[b] == page:  # it was the last page inside capacity b: the one above takes over
+                marker[b] = prev[page]
+            p, q = prev[page], nxt[page]
+            if p != -1:
+                nxt[p] = q
+            if q != -1:
+                prev[q] = p
+            else:
+                bottom = p
+        else:
+            size += 1
+        # link at the top
+        prev[page] = -1
+        nxt[page] = top
+        if top != -1:
+            prev[top] = page
+        top = page
+        if bottom == -1:
+            bottom = page
+        bucket[page] = 0
+        if b == n_caps:
+            for k in range(n_caps):
+                if caps[k] == size:  # the list has just grown to fill capacity k
+                    marker[k] = bottom
+            if size > largest:  # beyond the largest capacity: drop the deepest page
+                gone = bottom
+                bottom = prev[gone]
+                nxt[bottom] = -1
+                prev[gone] = -1
+                bucket[gone] = n_caps
+                size -= 1
+    return write_hist, sync_hist, read_hist
+
+
+def sweep_lru(trace: Trace, capacities: list[int], nvm: Device, slow: Device) -> list[dict[str, float]]:
+    """The LRU system without background destage, for every capacity, from one pass."""
+    caps = np.array(sorted(set(capacities)), dtype=np.int64)
+    n_caps = len(caps)
+    write_b, sync_b, read_b = _lru_buckets(trace.page, trace.op, max(trace.n_pages, 1), caps)
+    # an event with bucket b misses in caches 0..b-1 and hits in caches b..
+    hits_upto = np.cumsum(write_b)  # writes with bucket <= k hit in cache k
+    sync_from = sync_b[::-1].cumsum()[::-1]  # writes with min(bucket, full) > k destage in cache k
+    read_hits_upto = np.cumsum(read_b)
+    n_w, n_r = int(write_b.sum()), int(read_b.sum())
+    values = np.array([nvm.page_write_s, nvm.page_write_s + slow.page_write_s, nvm.page_read_s,
+                       slow.page_read_s])
+    rows = []
+    for k, capacity in enumerate(caps.tolist()):
+        hits = int(hits_upto[k])
+        sync = int(sync_from[k + 1])
+        read_hits = int(read_hits_upto[k])
+        counts = np.array([n_w - sync, sync, read_hits, n_r - read_hits])
+        rows.append({"capacity": capacity, "hits": hits, "misses": n_w - hits, "sync_destages": sync,
+                     "slow_reads": n_r - read_hits, **_summary(values, counts)})
+    by_capacity = {row["capacity"]: row for row in rows}
+    return [by_capacity[c] for c in capacities]
+
+
+def _summary(values: np.ndarray, counts: np.ndarray) -> dict[str, float]:
+    """Mean and percentiles of a latency distribution given as distinct values with counts."""
+    total = counts.sum()
+    order = np.argsort(values)
+    values, cumulative = values[order], np.cumsum(counts[order])
+
+    def quantile(q: float) -> float:
+        # the same rule as summarize(): the value at rank ceil(q*n) (nearest rank)
+        rank = max(1, int(np.ceil(q * total)))
+        return float(values[np.searchsorted(cumulative, rank, side="left")])
+
+    return {"mean_s": float((values * counts[order]).sum() / total) if total else 0.0,
+            "p50_s": quantile(0.50) if total else 0.0, "p99_s": quantile(0.99) if total else 0.0}
