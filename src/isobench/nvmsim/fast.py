@@ -16,7 +16,7 @@ from isobench.nvmsim.trace import READ, Trace
 
 
 @njit(cache=True)
-def _lru(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, slow_w, slow_r):  # noqa: PLR0913
+def _lru(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, slow_w, slow_r):
     n = pages.shape[0]
     latency = np.empty(n, np.float64)
     prev = np.full(n_pages, -1, np.int64)
@@ -95,7 +95,7 @@ def _lru(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, slo
 
 
 @njit(cache=True)
-def _clock(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, slow_w, slow_r):  # noqa: PLR0913
+def _clock(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, slow_w, slow_r):
     n = pages.shape[0]
     latency = np.empty(n, np.float64)
     frames = np.full(capacity, -1, np.int64)
@@ -264,7 +264,6 @@ def _lru_buckets(pages, ops, n_pages, caps):
 def sweep_lru(trace: Trace, capacities: list[int], nvm: Device, slow: Device) -> list[dict[str, float]]:
     """The LRU system without background destage, for every capacity, from one pass."""
     caps = np.array(sorted(set(capacities)), dtype=np.int64)
-    n_caps = len(caps)
     write_b, sync_b, read_b = _lru_buckets(trace.page, trace.op, max(trace.n_pages, 1), caps)
     # an event with bucket b misses in caches 0..b-1 and hits in caches b..
     hits_upto = np.cumsum(write_b)  # writes with bucket <= k hit in cache k
