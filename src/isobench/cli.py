@@ -194,6 +194,9 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
                                                               "dirty fraction (1: only when full)")] = 1.0,
            low_watermark: Annotated[float, typer.Option(help="background destage stops at this fraction")] = 0.8,
            sweep: Annotated[int, typer.Option(help="also sweep this many LRU capacities (0: none)")] = 0,
+           characterise: Annotated[bool, typer.Option(help="also show write-backs per page over time "
+                                                           "and the hottest pages' share")] = False,
+           plot: Annotated[Optional[Path], typer.Option(help="write the sweep as an SVG plot here")] = None,  # noqa: UP045
            as_json: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
            ) -> None:
     """Replay write-back traces against a slow device with and without an NVM flush layer.
@@ -223,9 +226,19 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
     except (OSError, ValueError) as err:
         raise UserError(str(err), fix="see `isobench nvmsim --help` for the columns") from None
     result = compare(trace, config, device(nvm), device(slow))
-    rows = capacity_sweep(trace, default_capacities(trace, sweep), device(nvm), device(slow)) if sweep else []
+    rows = capacity_sweep(trace, default_capacities(trace, sweep or 64), device(nvm), device(slow)) \
+        if (sweep or plot) else []
+    if plot:
+        from isobench.nvmsim.plot import sweep_svg
+
+        plot.write_text(sweep_svg(rows, f"NVM flush layer: {nvm} in front of {slow}, LRU"))
+    extra: dict[str, object] = {}
+    if characterise:
+        from isobench.nvmsim.characterise import hot_share_over_time, writebacks_per_page_over_time
+
+        extra = {"heatmap": writebacks_per_page_over_time(trace), "hot_share": hot_share_over_time(trace)}
     if as_json:
-        sys.stdout.write(json.dumps({**result, "sweep": rows}, indent=1) + "\n")
+        sys.stdout.write(json.dumps({**result, "sweep": rows, **extra}, indent=1) + "\n")
         return
     table = Table(title=f"{result['events']} events, {result['pages']} pages, NVM {result['capacity_pages']} "
                         f"pages ({result['policy']}), {nvm} in front of {slow}")
@@ -248,6 +261,16 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
             sweep_table.add_row(str(row["capacity"]), f"{row['hits'] / writes:.1%}", f"{row['mean_s'] * 1e6:,.1f} µs",
                                 f"{row['improvement']:.1%}")
         console.print(sweep_table)
+    if plot:
+        console.print(f"sweep plot: {plot}")
+    if extra:
+        hot_table = Table(title="share of write-backs from each window's hottest 1% of pages")
+        for column in ("window", "from (s)", "write-backs", "pages", "hottest 1% share"):
+            hot_table.add_column(column, justify="right")
+        for row in extra["hot_share"]:  # type: ignore[union-attr]
+            hot_table.add_row(str(row["window"]), f"{row['start_s']:.1f}", str(row["write_backs"]),
+                              str(row["pages"]), f"{row['hot_share']:.1%}")
+        console.print(hot_table)
 
 
 def main() -> None:

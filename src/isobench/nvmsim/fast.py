@@ -161,7 +161,121 @@ def _clock(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, s
     return latency, hits, misses, sync, bg, slow_reads
 
 
-KERNELS = {"lru": _lru, "clock": _clock}
+@njit(cache=True)
+def _heap_push(hc, hs, hp, size, count, stamp, page):
+    i = size
+    while i > 0:
+        parent = (i - 1) // 2
+        if hc[parent] < count or (hc[parent] == count and hs[parent] <= stamp):
+            break
+        hc[i], hs[i], hp[i] = hc[parent], hs[parent], hp[parent]
+        i = parent
+    hc[i], hs[i], hp[i] = count, stamp, page
+    return size + 1
+
+
+@njit(cache=True)
+def _heap_pop(hc, hs, hp, size):
+    size -= 1
+    count, stamp, page = hc[size], hs[size], hp[size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        right = child + 1
+        if right < size and (hc[right] < hc[child] or (hc[right] == hc[child] and hs[right] < hs[child])):
+            child = right
+        if count < hc[child] or (count == hc[child] and stamp <= hs[child]):
+            break
+        hc[i], hs[i], hp[i] = hc[child], hs[child], hp[child]
+        i = child
+    if size > 0:
+        hc[i], hs[i], hp[i] = count, stamp, page
+    return size
+
+
+@njit(cache=True)
+def _hot(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, slow_w, slow_r):
+    """Hotness-aware: evict the fewest write-backs so far, ties the least recently written.
+    A lazy min-heap keyed (count, last write) finds the victim in O(log) amortized."""
+    n = pages.shape[0]
+    latency = np.empty(n, np.float64)
+    resident = np.zeros(n_pages, np.bool_)
+    dirty = np.zeros(n_pages, np.bool_)
+    count = np.zeros(n_pages, np.int64)
+    stamp = np.full(n_pages, -1, np.int64)
+    limit = 4 * capacity + 16
+    hc = np.empty(limit + 1, np.int64)
+    hs = np.empty(limit + 1, np.int64)
+    hp = np.empty(limit + 1, np.int64)
+    heap = 0
+    size = 0
+    n_dirty = 0
+    hits = misses = sync = bg = slow_reads = 0
+    for i in range(n):
+        page = pages[i]
+        if ops[i] == READ:
+            if resident[page]:
+                latency[i] = nvm_r
+            else:
+                latency[i] = slow_r
+                slow_reads += 1
+            continue
+        if resident[page]:
+            hits += 1
+            if not dirty[page]:
+                dirty[page] = True
+                n_dirty += 1
+            latency[i] = nvm_w
+        else:
+            misses += 1
+            cost = nvm_w
+            if size >= capacity:
+                while True:  # pop stale entries until the true minimum
+                    c, st, victim = hc[0], hs[0], hp[0]
+                    heap = _heap_pop(hc, hs, hp, heap)
+                    if resident[victim] and count[victim] == c and stamp[victim] == st:
+                        break
+                if dirty[victim]:
+                    cost += slow_w
+                    sync += 1
+                    dirty[victim] = False
+                    n_dirty -= 1
+                resident[victim] = False
+                size -= 1
+            resident[page] = True
+            dirty[page] = True
+            n_dirty += 1
+            size += 1
+            latency[i] = cost
+        count[page] += 1
+        stamp[page] = i
+        if heap == limit:  # too many stale entries: rebuild from the resident pages
+            heap = 0
+            for p in range(n_pages):
+                if resident[p] and p != page:
+                    heap = _heap_push(hc, hs, hp, heap, count[p], stamp[p], p)
+        heap = _heap_push(hc, hs, hp, heap, count[page], stamp[page], page)
+        if background and n_dirty > high:
+            m = 0
+            cand = np.empty(size, np.int64)
+            for p in range(n_pages):
+                if resident[p] and dirty[p]:
+                    cand[m] = p
+                    m += 1
+            order = np.argsort(count[cand[:m]] * (n + 1) + stamp[cand[:m]])  # (count, stamp) order
+            for r in range(m):
+                if n_dirty <= low:
+                    break
+                p = cand[order[r]]
+                dirty[p] = False
+                n_dirty -= 1
+                bg += 1
+    return latency, hits, misses, sync, bg, slow_reads
+
+
+KERNELS = {"lru": _lru, "clock": _clock, "hot": _hot}
 
 
 def simulate_fast(trace: Trace, config: SimConfig, nvm: Device, slow: Device) -> SimResult:

@@ -7,18 +7,15 @@ from typing import Any
 import numpy as np
 
 from isobench.nvmsim.devices import Device
-from isobench.nvmsim.model import SimConfig, baseline_latency, simulate_reference, summarize
+from isobench.nvmsim.model import SimConfig, baseline_latency, summarize
 from isobench.nvmsim.trace import READ, Trace
 
 
 def compare(trace: Trace, config: SimConfig, nvm: Device, slow: Device) -> dict[str, Any]:
     """Baseline and NVM system side by side, with the paper's headline: I/O latency improvement."""
-    if config.policy in ("lru", "clock"):
-        from isobench.nvmsim.fast import simulate_fast
+    from isobench.nvmsim.fast import simulate_fast
 
-        result = simulate_fast(trace, config, nvm, slow)
-    else:
-        result = simulate_reference(trace, config, nvm, slow)
+    result = simulate_fast(trace, config, nvm, slow)
     base = summarize(baseline_latency(trace, slow))
     with_nvm = summarize(result.latency_s)
     writes = int((trace.op != READ).sum())
