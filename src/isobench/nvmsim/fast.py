@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from isobench.nvmsim.devices import Device
-from isobench.nvmsim.model import SimConfig, SimResult
+from isobench.nvmsim.model import SimConfig, SimResult, summarize_counts
 from isobench.nvmsim.trace import READ, Trace
 
 
@@ -397,21 +397,6 @@ def sweep_lru(trace: Trace, capacities: list[int], nvm: Device, slow: Device) ->
         read_hits = int(read_hits_upto[k])
         counts = np.array([n_w - sync, sync, read_hits, n_r - read_hits])
         rows.append({"capacity": capacity, "hits": hits, "misses": n_w - hits, "sync_destages": sync,
-                     "slow_reads": n_r - read_hits, **_summary(values, counts)})
+                     "slow_reads": n_r - read_hits, **summarize_counts(values, counts)})
     by_capacity = {row["capacity"]: row for row in rows}
     return [by_capacity[c] for c in capacities]
-
-
-def _summary(values: np.ndarray, counts: np.ndarray) -> dict[str, float]:
-    """Mean and percentiles of a latency distribution given as distinct values with counts."""
-    total = counts.sum()
-    order = np.argsort(values)
-    values, cumulative = values[order], np.cumsum(counts[order])
-
-    def quantile(q: float) -> float:
-        # the same rule as summarize(): the value at rank ceil(q*n) (nearest rank)
-        rank = max(1, int(np.ceil(q * total)))
-        return float(values[np.searchsorted(cumulative, rank, side="left")])
-
-    return {"mean_s": float((values * counts[order]).sum() / total) if total else 0.0,
-            "p50_s": quantile(0.50) if total else 0.0, "p99_s": quantile(0.99) if total else 0.0}

@@ -195,11 +195,21 @@ def simulate_reference(trace: Trace, config: SimConfig, nvm: Device, slow: Devic
 
 def summarize(latency: np.ndarray) -> dict[str, float]:
     """Mean and nearest-rank percentiles (p50, p99) of per-event latencies."""
-    if len(latency) == 0:
+    values, counts = np.unique(latency, return_counts=True)
+    return summarize_counts(values, counts)
+
+
+def summarize_counts(values: np.ndarray, counts: np.ndarray) -> dict[str, float]:
+    """The same, for a distribution given as distinct values with their counts (the sweep's form)."""
+    total = int(counts.sum())
+    if total == 0:
         return {"mean_s": 0.0, "p50_s": 0.0, "p99_s": 0.0}
-    ordered = np.sort(latency)
+    order = np.argsort(values)
+    values, counts = values[order], counts[order]
+    cumulative = np.cumsum(counts)
 
-    def quantile(q: float) -> float:
-        return float(ordered[max(1, int(np.ceil(q * len(ordered)))) - 1])
+    def quantile(q: float) -> float:  # the value at rank ceil(q*n)
+        rank = max(1, int(np.ceil(q * total)))
+        return float(values[np.searchsorted(cumulative, rank, side="left")])
 
-    return {"mean_s": float(latency.mean()), "p50_s": quantile(0.50), "p99_s": quantile(0.99)}
+    return {"mean_s": float((values * counts).sum() / total), "p50_s": quantile(0.50), "p99_s": quantile(0.99)}
