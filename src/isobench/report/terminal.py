@@ -29,6 +29,11 @@ def fmt_seconds(value: float) -> str:
     return f"{value * 1e6:.0f} µs"
 
 
+def floor_width(aa: Comparison) -> float:
+    """How far from 1 the A/A interval reaches: effects smaller than this are not resolved."""
+    return max(abs(aa.ci_high - 1), abs(1 - aa.ci_low))  # type: ignore[operator]
+
+
 def noise_floor(comparisons: list[Comparison], workload: str, metric: str) -> Comparison | None:
     return next((c for c in comparisons if c.is_aa and c.workload == workload and c.metric == metric), None)
 
@@ -46,7 +51,7 @@ def sentence(c: Comparison, comparisons: list[Comparison]) -> str:
         text += ": no difference resolved"
     floor = noise_floor(comparisons, c.workload, c.metric)
     if floor and not c.is_aa and floor.ci_low is not None:
-        width = max(abs(floor.ci_high - 1), abs(1 - floor.ci_low))  # type: ignore[operator]
+        width = floor_width(floor)
         if width > abs(c.ratio - 1):
             text += f" (below the A/A noise floor of ±{width:.1%}: add repetitions)"
     return text
@@ -65,7 +70,7 @@ def noise_floor_lines(comparisons: list[Comparison]) -> list[str]:
     lines = []
     for c in comparisons:
         if c.is_aa and c.metric == "e2e" and c.ci_low is not None and c.ci_high is not None:
-            width = max(c.ci_high - 1, 1 - c.ci_low)
+            width = floor_width(c)
             lines.append(f"A/A noise floor for {c.workload}: {c.platform} vs {c.baseline} is {c.ratio:.3f}× "
                          f"(95% CI {fmt_ci(c)}): effects smaller than ±{width:.1%} are not resolved")
     return lines
