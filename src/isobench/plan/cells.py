@@ -43,6 +43,8 @@ class Cell:
     data_key: str | None = None
     data_dir: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: probe name -> settings, attached around this cell on the host (not part of the cell id)
+    probes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def group(self) -> str:
@@ -93,6 +95,9 @@ def expand(study: Study) -> list[Cell]:
                            "platform_entry": platform.model_dump(exclude={"knobs"}),
                            "knobs": knobs, "data_key": data_key})
 
+    from isobench.probes.session import default_probe_config
+
+    probes = default_probe_config() if study.probes is None else study.probes
     cells: list[Cell] = []
     rounds = [(True, r) for r in range(study.warmup)] + [(False, r) for r in range(study.repetitions)]
     for round_index, (warmup, rep) in enumerate(rounds):
@@ -104,5 +109,5 @@ def expand(study: Study) -> list[Cell]:
             tag = f"w{rep}" if warmup else f"r{rep}"
             cells.append(Cell(study=study.name, cell_id=f"{gkey}/{tag}", seq=len(cells),
                               rep=rep, warmup=warmup, seed=study.seed + rep, timeout_s=study.timeout_s,
-                              **group))
+                              probes=probes, **group))
     return cells

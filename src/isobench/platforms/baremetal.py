@@ -14,6 +14,7 @@ from typing import Any
 
 from isobench.hostinfo import cgroup_layout
 from isobench.plan.cells import Cell
+from isobench.probes.base import ProbeTarget
 from isobench.platforms import PLATFORMS
 from isobench.platforms.base import Availability, Launched, Platform, kill_process_group, runner_tag
 from isobench.platforms.cgroups import CGROUP_ROOT, PARENT, CellCgroup, remove_tree, stale_groups
@@ -67,6 +68,10 @@ class BareMetal(Platform):
             group.destroy()
             raise
         return Launched(proc=proc, name=cell.cell_id, started=started, resources={"cgroup": group})
+
+    def probe_target(self, launched: Launched) -> ProbeTarget:
+        group: CellCgroup = launched.resources["cgroup"]
+        return ProbeTarget(platform=self.name, root_pid=launched.proc.pid, cgroups=dict(group.dirs))
 
     def collect(self, launched: Launched) -> dict[str, Any]:
         group: CellCgroup = launched.resources["cgroup"]

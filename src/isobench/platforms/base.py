@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from isobench.plan.cells import Cell
+    from isobench.probes.base import ProbeTarget
     from isobench.study.model import PlatformEntry
 
 ALL_KNOBS = frozenset({"cpus", "cpuset", "memory", "seccomp", "threads"})
@@ -89,6 +90,15 @@ class Platform(ABC):
     @abstractmethod
     def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
         """Start ``argv`` (the worker command) as the cell; stdout must be a pipe."""
+
+    def probe_target(self, launched: Launched) -> ProbeTarget:
+        """Where the cell runs as the host sees it, for probes: host pids and host cgroups.
+
+        May wait briefly for the cell to exist (a container is created after ``launch``
+        returns). The default names the launcher process alone."""
+        from isobench.probes.base import ProbeTarget
+
+        return ProbeTarget(platform=self.name, root_pid=launched.proc.pid)
 
     def collect(self, launched: Launched) -> dict[str, Any]:
         """After the process ended: platform facts about the cell (OOM kill, container id)."""

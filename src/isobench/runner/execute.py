@@ -18,6 +18,7 @@ from typing import Any
 from isobench.plan.cells import Cell
 from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.hostmirror import python_inside
+from isobench.probes.session import ProbeOutcome, ProbeSession
 from isobench.study.model import PlatformEntry
 
 STDERR_TAIL = 2000
@@ -38,6 +39,8 @@ class CellOutcome:
     items: list[dict[str, Any]] = field(default_factory=list)
     done: dict[str, Any] | None = None
     platform_info: dict[str, Any] = field(default_factory=dict)
+    #: what the probes saw (metrics, raw series, per-probe status); empty when none ran
+    probes: ProbeOutcome = field(default_factory=ProbeOutcome)
 
 
 class _ChannelReader(threading.Thread):
@@ -73,10 +76,13 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
     """Launch ``cell`` on its platform, collect its records, clean up, return the outcome."""
     platform = platform or platform_for(cell)
     started_at = time.time()
+    probes = ProbeSession(cell.probes)
+    probe_outcome = ProbeOutcome(status=probes.outcome.status)
     with tempfile.TemporaryFile() as stderr:
         try:
             launched = platform.launch(cell, worker_argv(cell), stderr)
         except Exception as exc:  # the platform could not start the cell: record it, go on
+            probes.abort()
             return CellOutcome(cell=cell, status="failed", exit_code=None,
                                error=f"the platform could not start the cell: {type(exc).__name__}: {exc}",
                                stderr_tail="", started_at=started_at, wall_s=0.0, startup_s=None)
@@ -85,14 +91,23 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
         status = "ok"
         info: dict[str, Any] = {}
         try:
+            if probes.probes:
+                try:
+                    probes.start(platform.probe_target(launched))
+                except Exception as exc:  # no target, no probes: the cell itself still counts
+                    for entry in probes.outcome.status.values():
+                        if entry["status"] == "ok":
+                            entry.update(status="failed", reason=f"no probe target: {exc}")
             try:
                 launched.proc.wait(timeout=cell.timeout_s)
             except subprocess.TimeoutExpired:
                 status = "timeout"
             ended = time.monotonic()
+            probe_outcome = probes.stop()
             if status == "ok":
                 info = platform.collect(launched)
         finally:
+            probes.abort()
             platform.cleanup_cell(launched)
             reader.join(timeout=10)
         exit_code = launched.proc.returncode if status != "timeout" else None
@@ -104,7 +119,9 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
     outcome = CellOutcome(cell=cell, status=status, exit_code=exit_code, error=None, stderr_tail=tail,
                           started_at=started_at, wall_s=ended - launched.started,
                           startup_s=(reader.first_record_at - launched.started)
-                          if reader.first_record_at else None, platform_info=info)
+                          if reader.first_record_at else None, platform_info=info, probes=probe_outcome)
+    if probe_outcome.status:
+        outcome.platform_info["probes"] = probe_outcome.status
     for record in reader.records:
         kind = record.get("type")
         if kind == "hello":

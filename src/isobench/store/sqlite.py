@@ -62,6 +62,13 @@ CREATE TABLE IF NOT EXISTS phases (
     seconds REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS phases_cell ON phases(cell_id);
+CREATE TABLE IF NOT EXISTS series (
+    cell_id TEXT NOT NULL REFERENCES cells(cell_id),
+    probe TEXT NOT NULL,
+    name TEXT NOT NULL,
+    data BLOB NOT NULL,  -- an Arrow IPC stream (isobench.probes.base.ipc_to_table)
+    PRIMARY KEY (cell_id, probe, name)
+);
 """
 
 
@@ -86,6 +93,9 @@ def cell_metrics(outcome: Any) -> list[tuple[str, float, str]]:
     metrics.append(("cell.wall", outcome.wall_s, "s"))
     if outcome.startup_s is not None:
         metrics.append(("cell.startup", outcome.startup_s, "s"))
+    probes = getattr(outcome, "probes", None)
+    if probes is not None:
+        metrics.extend(probes.metrics)
     return metrics
 
 
@@ -124,6 +134,7 @@ class Store:
             raise UserError("no isobench results here", file=str(directory),
                             fix="give the directory `isobench run --out` wrote")
         conn = cls._connect(path)
+        conn.executescript(SCHEMA)  # idempotent: adds tables newer versions introduced
         return cls(directory, conn)
 
     @staticmethod
@@ -165,6 +176,11 @@ class Store:
                 self.conn.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)",
                                       [(cell.cell_id, m, v, u) for m, v, u in cell_metrics(outcome)])
                 self.conn.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)", phase_rows)
+            probes = getattr(outcome, "probes", None)
+            if probes is not None:  # raw series are kept for failed cells too: they often say why
+                self.conn.executemany("INSERT INTO series VALUES (?, ?, ?, ?)",
+                                      [(cell.cell_id, probe, name, blob)
+                                       for (probe, name), blob in probes.series.items()])
             self.conn.execute("COMMIT")
         except sqlite3.IntegrityError:
             self.conn.execute("ROLLBACK")
@@ -189,6 +205,20 @@ class Store:
         yield from self.conn.execute(
             "SELECT c.*, m.metric, m.value, m.unit FROM metrics m JOIN cells c USING (cell_id) "
             "ORDER BY c.seq, m.metric")
+
+    def series(self, probe: str, name: str, cell_id: str | None = None) -> dict[str, Any]:
+        """cell_id -> Arrow table of one probe series (all cells, or one)."""
+        from isobench.probes.base import ipc_to_table
+
+        query = "SELECT cell_id, data FROM series WHERE probe = ? AND name = ?"
+        args: tuple[Any, ...] = (probe, name)
+        if cell_id is not None:
+            query += " AND cell_id = ?"
+            args += (cell_id,)
+        return {row["cell_id"]: ipc_to_table(row["data"]) for row in self.conn.execute(query, args)}
+
+    def series_names(self) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self.conn.execute("SELECT DISTINCT probe, name FROM series ORDER BY 1, 2")]
 
     def close(self) -> None:
         self.conn.close()

@@ -118,6 +118,19 @@ class Study(BaseModel):
     warmup: int = Field(1, ge=0, le=100)
     seed: int = 0
     timeout_s: float = Field(600.0, gt=0, le=7 * 24 * 3600, description="per-cell timeout")
+    #: probe name -> settings; absent: the default probe set; {} : no probes
+    probes: dict[str, dict[str, Any] | None] | None = None
+
+    @field_validator("probes")
+    @classmethod
+    def _probes(cls, value: dict[str, dict[str, Any] | None] | None) -> dict[str, dict[str, Any]] | None:
+        if value is None:
+            return None
+        from isobench.probes.session import validate_probe_config
+
+        config = {name: dict(settings or {}) for name, settings in value.items()}
+        validate_probe_config(config)
+        return config
 
     @model_validator(mode="after")
     def _unique_keys(self) -> Study:

@@ -1,0 +1,13 @@
+"""Probes: system metrics and kernel traces attached around every cell (plugins)."""
+
+from isobench.probes.base import Probe, ProbeCheck, ProbeResult, ProbeSettings, ProbeTarget
+from isobench.registry import Registry
+
+PROBES: Registry[Probe] = Registry(
+    "probe",
+    [
+        # each probe module registers itself; add new modules here
+    ],
+)
+
+__all__ = ["PROBES", "Probe", "ProbeCheck", "ProbeResult", "ProbeSettings", "ProbeTarget"]

@@ -1,0 +1,132 @@
+"""The probe interface: system evidence collected around one cell.
+
+A probe is attached by the runner around each cell: ``start`` right after the
+platform launched the cell (before the workload's first phase), ``stop`` after the
+cell's process ended (after its last phase), ``abort`` on every exit path. It runs
+on the host, in the runner's process (threads or child processes of its own), and
+watches the cell through a :class:`ProbeTarget`: host pids and host cgroups, which
+every platform can name, so nothing inside the cell changes.
+
+What a probe returns lands in the store under the cell, in the same transaction as
+the cell itself: summary metrics (``probe.<probe>.<metric>``, usable by the
+analysis like any other metric) and raw series (Arrow tables, one per name).
+"""
+
+from __future__ import annotations
+
+import io
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import psutil
+from pydantic import BaseModel, ConfigDict
+
+
+class ProbeSettings(BaseModel):
+    """Base for each probe's settings: unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class ProbeCheck:
+    ok: bool
+    reason: str = ""
+    #: parts that work only partly here (e.g. perf hardware events), and why
+    partial: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ProbeTarget:
+    """What a probe may watch: the cell's processes and cgroups, as the host sees them."""
+
+    platform: str
+    #: host pid of the cell's top process (the worker, the container's init, the sandbox)
+    root_pid: int | None
+    #: controller -> host cgroup directory ("unified" for cgroup v2 / the hybrid v2 mount)
+    cgroups: dict[str, Path] = field(default_factory=dict)
+    #: the container's full id, for engine-side views (perf --for-each-cgroup, docker stats)
+    container_id: str | None = None
+    #: pids of the platform's own machinery (container daemon, shims) that are not the cell
+    engine_pids: list[int] = field(default_factory=list)
+
+    def pids(self) -> list[int]:
+        """The cell's live host pids: the root's process tree plus every task in its cgroups."""
+        found: set[int] = set()
+        if self.root_pid:
+            try:
+                root = psutil.Process(self.root_pid)
+                found.add(root.pid)
+                found.update(child.pid for child in root.children(recursive=True))
+            except psutil.Error:
+                pass
+        for directory in self.cgroups.values():
+            procs = directory / "cgroup.procs"
+            try:
+                found.update(int(line) for line in procs.read_text().split())
+            except (OSError, ValueError):
+                pass
+        return sorted(found)
+
+
+@dataclass
+class ProbeResult:
+    #: (metric, value, unit); stored as ``probe.<probe>.<metric>``
+    metrics: list[tuple[str, float, str]] = field(default_factory=list)
+    #: name -> columns (equal-length sequences); stored as an Arrow IPC blob
+    series: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: facts worth keeping that are not numbers (what was unsupported, lost events, ...)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Probe(ABC):
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    Settings: ClassVar[type[ProbeSettings]] = ProbeSettings
+    #: in the default probe set (cheap enough to run around every cell)
+    default: ClassVar[bool] = False
+
+    def __init__(self, settings: ProbeSettings) -> None:
+        self.settings = settings
+
+    @classmethod
+    @abstractmethod
+    def check(cls) -> ProbeCheck:
+        """Can this probe run on this host? Cheap; no side effects."""
+
+    @abstractmethod
+    def start(self, target: ProbeTarget) -> None:
+        """Begin observing ``target``. Must return quickly (start threads, not loops)."""
+
+    @abstractmethod
+    def stop(self) -> ProbeResult:
+        """Stop observing and return what was seen. Called once, after the cell's process ended."""
+
+    def abort(self) -> None:
+        """Release everything the probe holds (threads, children, tracefs instances). Idempotent;
+        called on every exit path, after ``stop`` too."""
+
+    @classmethod
+    def sweep_stale(cls) -> list[str]:
+        """Remove leftovers of runners that died (kill -9); return what was removed."""
+        return []
+
+
+def series_to_ipc(columns: dict[str, Any]) -> bytes:
+    """Columns -> an Arrow IPC stream (compact, typed, readable by pyarrow/pandas/polars)."""
+    import pyarrow as pa
+
+    table = pa.table({name: pa.array(values) if not isinstance(values, pa.Array) else values
+                      for name, values in columns.items()})
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def ipc_to_table(blob: bytes) -> Any:
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(blob).read_all()
