@@ -90,6 +90,7 @@ def cell_metrics(outcome: Any) -> list[tuple[str, float, str]]:
         metrics.append((f"setup.{name}", seconds, "s"))
     if outcome.done and outcome.done.get("run_s") is not None:
         metrics.append(("cell.run", outcome.done["run_s"], "s"))
+    metrics.extend(workload_metrics(outcome.done))
     metrics.append(("cell.wall", outcome.wall_s, "s"))
     if outcome.startup_s is not None:
         metrics.append(("cell.startup", outcome.startup_s, "s"))
@@ -97,6 +98,16 @@ def cell_metrics(outcome: Any) -> list[tuple[str, float, str]]:
     if probes is not None:
         metrics.extend(probes.metrics)
     return metrics
+
+
+def workload_metrics(done: dict[str, Any] | None) -> list[tuple[str, float, str]]:
+    """A workload's own summary numbers, ``done["metrics"]``: name -> number or [number, unit]."""
+    rows = []
+    for name, value in ((done or {}).get("metrics") or {}).items():
+        number, unit = (value[0], str(value[1])) if isinstance(value, list | tuple) else (value, "")
+        if isinstance(number, int | float) and not isinstance(number, bool) and number == number:
+            rows.append((f"workload.{name}", float(number), unit))
+    return rows
 
 
 class Store:
