@@ -64,6 +64,10 @@ class Platform(ABC):
             raise ValueError(f"image: {cls.name} takes no image (fix: remove `image`)")
 
     @classmethod
+    def validate_knobs(cls, knobs: dict[str, Any]) -> None:
+        """Raise ValueError("knobs.<knob>: problem (fix: ...)") for a cell's knob set this platform rejects."""
+
+    @classmethod
     @abstractmethod
     def check(cls) -> Availability:
         """Can this platform run here? Cheap; no side effects beyond reading the host."""

@@ -121,6 +121,11 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
     console.print(comparison_table(store, comparisons))
     for text in noise_floor_lines(comparisons) + headline(comparisons):
         console.print(text, markup=False, highlight=False)
+    from isobench.analysis.interference import summary_lines as interference_lines
+    from isobench.analysis.layers import summary_lines as layer_lines
+
+    for text in layer_lines(store) + interference_lines(store):
+        console.print(text, markup=False, highlight=False)
     failed = failures(store)
     if failed:
         console.print(f"[red]{len(failed)} cell(s) did not finish:[/]")

@@ -134,6 +134,8 @@ def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
         _check_knobs({**study.knobs, **entry.knobs}, file, f"{field}.knobs", check_host)
         try:
             PLATFORMS.get(entry.name).validate_entry(entry)
+            for combo in knob_combinations({**study.knobs, **entry.knobs}):
+                PLATFORMS.get(entry.name).validate_knobs(combo)
         except ValueError as err:
             raise UserError(str(err), file=file, field=field) from None
 

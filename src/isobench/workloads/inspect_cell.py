@@ -7,6 +7,7 @@ quota, memory limit and seccomp mode, as the process itself sees them.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 
@@ -59,6 +60,39 @@ def _to_int(text: str | None) -> int | None:
         return None
 
 
+NAMESPACES = ("pid", "mnt", "uts", "ipc", "net", "user", "cgroup", "time")
+
+
+def namespaces() -> dict[str, str | None]:
+    """The inode of each namespace this process is in (compare with the host's to see which are new)."""
+    found: dict[str, str | None] = {}
+    for name in NAMESPACES:
+        try:
+            found[name] = os.readlink(f"/proc/self/ns/{name}")
+        except OSError:
+            found[name] = None
+    return found
+
+
+def mount_of(path: str) -> dict[str, str] | None:
+    """Mount point and filesystem type holding ``path`` (longest matching mount point)."""
+    best: dict[str, str] | None = None
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best["mount_point"])):
+            best = {"mount_point": point, "fstype": right.split()[0]}
+    return best
+
+
 def inspect_cell() -> dict[str, object]:
     status = _status_fields()
     cgroups = _cgroup_paths()
@@ -80,4 +114,9 @@ def inspect_cell() -> dict[str, object]:
         "no_new_privs": status.get("NoNewPrivs"),
         "cgroups": cgroups,
         "in_pid_namespace": os.getpid() < 10,
+        "namespaces": namespaces(),
+        "seccomp_filters": _to_int(status.get("Seccomp_filters")),
+        "speculation_store_bypass": status.get("Speculation_Store_Bypass"),
+        "root_mount": mount_of("/"),
+        "executable_mount": mount_of(os.path.realpath(sys.executable)),
     }

@@ -1,0 +1,151 @@
+"""The layer waterfall: how much of a full runtime's overhead each isolation layer explains.
+
+A study with ``layer-*`` entries (see :mod:`isobench.platforms.layers`), a baseline
+(bare metal) and full runtimes (docker, oci, ...) gets, per workload and full runtime:
+
+- each layer's ratio to the baseline, with its Welch 95% CI on logs
+  (:func:`isobench.analysis.stats.ratio_ci`), and its share of the full runtime's
+  overhead, measured in log space, where independent multiplicative costs add up;
+- the unexplained remainder ``log(full/base) - sum(log(layer/base))``, with a CI from
+  the same Welch–Satterthwaite construction applied to that linear combination of group
+  log-means (the baseline enters it ``k - 1`` times, which the variance accounts for).
+
+A remainder whose CI excludes 1 means the layers, taken one at a time, do not add up to
+the full runtime: interactions, or mechanisms not on the ladder (capabilities, masked
+paths, the runtime's own start-up work in the run phase, the engine).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from scipy import stats as sps
+
+from isobench.analysis.compare import Group, load_groups
+from isobench.analysis.stats import RatioEstimate, ratio_ci
+from isobench.store import Store
+from isobench.study.loader import load_study_text
+
+LAYER_PREFIX = "layer-"
+METRIC = "e2e"
+
+
+@dataclass
+class Step:
+    layer: str
+    estimate: RatioEstimate
+    #: share of the full runtime's log-overhead (None when the full runtime has none)
+    share: float | None
+
+
+@dataclass
+class Waterfall:
+    workload: str
+    params: dict[str, object]
+    full: str
+    baseline: str
+    full_estimate: RatioEstimate
+    steps: list[Step] = field(default_factory=list)
+    remainder: RatioEstimate | None = None
+    remainder_share: float | None = None
+
+
+def _log_stats(values: list[float]) -> tuple[float, float, int]:
+    logs = [math.log(v) for v in values]
+    mean = sum(logs) / len(logs)
+    var = sum((x - mean) ** 2 for x in logs) / (len(logs) - 1) if len(logs) > 1 else 0.0
+    return mean, var, len(logs)
+
+
+def combination_ci(terms: list[tuple[float, list[float]]], confidence: float = 0.95) -> RatioEstimate:
+    """exp(sum c_j * mean(log x_j)) with a Welch–Satterthwaite interval (independent groups)."""
+    estimate, se2, df_den = 0.0, 0.0, 0.0
+    n_min = min(len(values) for _, values in terms)
+    for coef, values in terms:
+        mean, var, n = _log_stats(values)
+        estimate += coef * mean
+        part = coef * coef * var / n
+        se2 += part
+        if n > 1:
+            df_den += part * part / (n - 1)
+    ratio = math.exp(estimate)
+    if n_min < 2 or se2 == 0 or df_den == 0:
+        return RatioEstimate(ratio, None, None, None, n_min, n_min)
+    df = se2 * se2 / df_den
+    se = math.sqrt(se2)
+    t_crit = float(sps.t.ppf(0.5 + confidence / 2, df))
+    p_value = float(2 * sps.t.sf(abs(estimate) / se, df))
+    return RatioEstimate(ratio, math.exp(estimate - t_crit * se), math.exp(estimate + t_crit * se), p_value,
+                         n_min, n_min)
+
+
+def _match(group: Group, candidates: list[Group]) -> Group | None:
+    same = [c for c in candidates if c.workload == group.workload and c.params == group.params
+            and METRIC in c.metrics]
+    if not same:
+        return None
+    return max(same, key=lambda c: sum(group.knobs.get(k) == v for k, v in c.knobs.items()))
+
+
+def waterfalls(store: Store) -> list[Waterfall]:
+    study = load_study_text(store.meta("study_yaml") or "", store.meta("study_file") or "store", check_host=False)
+    groups = [g for g in load_groups(store) if METRIC in g.metrics]
+    baseline_name = study.baseline_entry().name
+    baselines = [g for g in groups if g.platform_key == study.baseline]
+    layers = [g for g in groups if g.platform.startswith(LAYER_PREFIX)]
+    fulls = [g for g in groups if not g.platform.startswith(LAYER_PREFIX) and g.platform != baseline_name]
+    if not layers:
+        return []
+    results = []
+    for full in fulls:
+        base = _match(full, baselines)
+        ladder = sorted((g for g in layers if g.workload == full.workload and g.params == full.params),
+                        key=lambda g: g.platform_key)
+        if base is None or not ladder:
+            continue
+        base_values, full_values = base.metrics[METRIC], full.metrics[METRIC]
+        full_est = ratio_ci(full_values, base_values)
+        log_full = math.log(full_est.ratio)
+        waterfall = Waterfall(full.workload, full.params, full.display, base.display, full_est)
+        for layer in ladder:
+            est = ratio_ci(layer.metrics[METRIC], base_values)
+            share = math.log(est.ratio) / log_full if log_full else None
+            waterfall.steps.append(Step(layer.display, est, share))
+        terms = [(1.0, full_values), *((-1.0, g.metrics[METRIC]) for g in ladder),
+                 (float(len(ladder) - 1), base_values)]
+        waterfall.remainder = combination_ci(terms)
+        waterfall.remainder_share = math.log(waterfall.remainder.ratio) / log_full if log_full else None
+        results.append(waterfall)
+    return results
+
+
+def _ci(est: RatioEstimate) -> str:
+    if est.ci_low is None or est.ci_high is None:
+        return "no CI"
+    return f"95% CI {est.ci_low:.3f}–{est.ci_high:.3f}"
+
+
+def _share(share: float | None) -> str:
+    return f"{share:+.0%} of the overhead" if share is not None else "-"
+
+
+def describe(waterfall: Waterfall) -> list[str]:
+    """Plain-text lines: the full runtime, each layer, the remainder."""
+    full = waterfall.full_estimate
+    lines = [f"layer waterfall, {waterfall.workload} e2e: {waterfall.full} is {full.ratio:.3f}× "
+             f"{waterfall.baseline} ({_ci(full)}, n={full.n})"]
+    width = max([len(s.layer) for s in waterfall.steps] + [len("unexplained")])
+    for step in waterfall.steps:
+        mark = "" if step.estimate.significant else "  (not resolved)"
+        lines.append(f"  {step.layer:<{width}}  {step.estimate.ratio:.3f}×  {_ci(step.estimate)}  "
+                     f"{_share(step.share)}{mark}")
+    if waterfall.remainder is not None:
+        mark = "" if waterfall.remainder.significant else "  (not resolved)"
+        lines.append(f"  {'unexplained':<{width}}  {waterfall.remainder.ratio:.3f}×  {_ci(waterfall.remainder)}  "
+                     f"{_share(waterfall.remainder_share)}{mark}")
+    return lines
+
+
+def summary_lines(store: Store) -> list[str]:
+    return [line for waterfall in waterfalls(store) for line in describe(waterfall)]
