@@ -42,6 +42,12 @@ class CellCgroup:
             group._create_v2(cpus, cpuset, memory)
         else:
             group._create_v1(layout["v1_controllers"], cpus, cpuset, memory)  # type: ignore[arg-type]
+            if layout["cgroup2_mount"]:
+                # Hybrid host: runc also puts containers in the controller-free cgroup2 tree, which
+                # gives PSI and perf's cgroup filter; give bare-metal cells the same group.
+                unified = Path(str(layout["cgroup2_mount"])) / relpath
+                unified.mkdir(parents=True, exist_ok=True)
+                group.dirs["unified"] = unified
         return group
 
     def _create_v1(self, mounted: list[str], cpus: float | None, cpuset: list[int] | None,

@@ -34,6 +34,8 @@ from isobench.platforms.hostmirror import (
     skeleton_digest,
     skeleton_tar,
 )
+from isobench.probes.base import ProbeTarget
+from isobench.probes.target import cgroups_of_pid, docker_engine_pids, poll
 from isobench.study.model import Knobs, PlatformEntry
 
 DAEMON_JSON = Path("/etc/docker/daemon.json")
@@ -170,6 +172,20 @@ class DockerBase(Platform):
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
                                 start_new_session=True)
         return Launched(proc=proc, name=name, started=started)
+
+    def probe_target(self, launched: Launched) -> ProbeTarget:
+        """The container's host pid and cgroups, once the engine has started it (polled briefly)."""
+        def running() -> tuple[str, int] | None:
+            out = docker("inspect", "--format", "{{.Id}} {{.State.Pid}}", launched.name, check=False)
+            container_id, _, pid = out.stdout.strip().partition(" ")
+            return (container_id, int(pid)) if out.returncode == 0 and pid not in ("", "0") else None
+
+        found = poll(running, lambda: launched.proc.poll() is None)
+        if found is None:  # the cell ended (or failed) before it was ever seen running
+            return ProbeTarget(platform=self.name, root_pid=None)
+        container_id, pid = found
+        return ProbeTarget(platform=self.name, root_pid=pid, cgroups=cgroups_of_pid(pid),
+                           container_id=container_id, engine_pids=docker_engine_pids(container_id))
 
     def collect(self, launched: Launched) -> dict[str, Any]:
         out = docker("inspect", "--format", "{{json .}}", launched.name, check=False)

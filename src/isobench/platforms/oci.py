@@ -24,6 +24,8 @@ from isobench.platforms.base import (
 from isobench.platforms.cgroups import CGROUP_ROOT, CellCgroup, prune_empty
 from isobench.platforms.hostmirror import build_skeleton, cell_mounts, container_env, data_root
 from isobench.platforms.seccomp import default_profile
+from isobench.probes.base import ProbeTarget
+from isobench.probes.target import cgroups_of_pid, launcher_pids, poll
 from isobench.study.model import Knobs, PlatformEntry
 
 RUNTIMES = ("runc", "crun", "runsc")
@@ -186,6 +188,26 @@ class Oci(Platform):
                                 start_new_session=True, cwd=bundle)
         return Launched(proc=proc, name=container_id, started=started,
                         resources={"bundle": bundle, "runtime": runtime})
+
+    def probe_target(self, launched: Launched) -> ProbeTarget:
+        """The container's init pid (from the runtime's state, polled briefly) and its cgroups; the
+        runtime's own foreground processes are the engine."""
+        def running() -> int | None:
+            out = subprocess.run(runtime_argv(launched.resources["runtime"], "state", launched.name),
+                                 capture_output=True, text=True, timeout=30)
+            try:
+                pid = int(json.loads(out.stdout).get("pid") or 0) if out.returncode == 0 else 0
+            except (ValueError, AttributeError):
+                pid = 0
+            return pid or None
+
+        pid = poll(running, lambda: launched.proc.poll() is None)
+        if pid is None:
+            return ProbeTarget(platform=self.name, root_pid=None, container_id=launched.name)
+        target = ProbeTarget(platform=self.name, root_pid=pid, cgroups=cgroups_of_pid(pid),
+                             container_id=launched.name)
+        target.engine_pids = launcher_pids(launched.proc.pid, set(target.pids()))
+        return target
 
     def collect(self, launched: Launched) -> dict[str, Any]:
         return {"container_id": launched.name, "runtime": launched.resources["runtime"]}

@@ -7,6 +7,10 @@ PROBES: Registry[Probe] = Registry(
     "probe",
     [
         # each probe module registers itself; add new modules here
+        "isobench.probes.proc",
+        "isobench.probes.cgroup",
+        "isobench.probes.vmstat",
+        "isobench.probes.environment",
     ],
 )
 

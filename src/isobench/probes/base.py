@@ -104,6 +104,12 @@ class Probe(ABC):
     def stop(self) -> ProbeResult:
         """Stop observing and return what was seen. Called once, after the cell's process ended."""
 
+    def mark(self, event: str) -> None:
+        """The workload reached ``event`` while running (``"done"``: its last record arrived, the
+        process still exists). Optional; called from the runner's channel-reader thread, between
+        ``start`` and ``stop``. Probes that read counters a container engine removes on exit
+        (its cgroup) read them here."""
+
     def abort(self) -> None:
         """Release everything the probe holds (threads, children, tracefs instances). Idempotent;
         called on every exit path, after ``stop`` too."""

@@ -84,6 +84,14 @@ class ProbeSession:
         self._started = []
         return self.outcome
 
+    def mark(self, event: str) -> None:
+        """Tell the started probes the workload reached ``event`` (see Probe.mark); never raises."""
+        for probe in list(self._started):
+            try:
+                probe.mark(event)
+            except Exception:  # a probe's bookkeeping must not break the record channel
+                pass
+
     def abort(self) -> None:
         for probe in self.probes:
             try:

@@ -44,9 +44,10 @@ class CellOutcome:
 
 
 class _ChannelReader(threading.Thread):
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, on_done: Any = None) -> None:
         super().__init__(daemon=True)
         self.stream = stream
+        self.on_done = on_done  # called when the worker's last record ("done") arrives
         self.records: list[dict[str, Any]] = []
         self.first_record_at: float | None = None
         self.garbage = 0
@@ -61,6 +62,8 @@ class _ChannelReader(threading.Thread):
             if self.first_record_at is None:
                 self.first_record_at = time.monotonic()
             self.records.append(record)
+            if self.on_done is not None and isinstance(record, dict) and record.get("type") == "done":
+                self.on_done()
 
 
 def worker_argv(cell: Cell) -> list[str]:
@@ -86,7 +89,8 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
             return CellOutcome(cell=cell, status="failed", exit_code=None,
                                error=f"the platform could not start the cell: {type(exc).__name__}: {exc}",
                                stderr_tail="", started_at=started_at, wall_s=0.0, startup_s=None)
-        reader = _ChannelReader(launched.proc.stdout)
+        # probes read the cell's counters when its last phase ends, while its cgroup still exists
+        reader = _ChannelReader(launched.proc.stdout, on_done=lambda: probes.mark("done"))
         reader.start()
         status = "ok"
         info: dict[str, Any] = {}
