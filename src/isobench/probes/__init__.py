@@ -7,6 +7,9 @@ PROBES: Registry[Probe] = Registry(
     "probe",
     [
         # each probe module registers itself; add new modules here
+        "isobench.probes.ftrace",
+        "isobench.probes.pagefaults",
+        "isobench.probes.syscalls",
         "isobench.probes.proc",
         "isobench.probes.cgroup",
         "isobench.probes.vmstat",

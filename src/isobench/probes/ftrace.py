@@ -1,0 +1,288 @@
+"""ftrace probe: write-backs with their reasons, dirty pages, block requests, page faults and
+syscalls of one cell, from private tracefs instances (see ``tracefs.py``).
+
+Attribution. Events carry the kernel task id. The cell's tasks are the ones sampled during
+the cell (``ProbeTarget.pids()`` and their threads) plus every task they spawned
+(``task_newtask``). Flusher threads (kworkers) write back on behalf of everybody: a
+write-back call (``writeback_start`` .. ``writeback_written`` on one kworker) belongs to the
+cell when it writes an inode the cell dirtied, and so do the block requests that kworker
+issued inside that call. A page's write-back is the first ``writeback_single_inode`` of its
+inode after the page was dirtied: in a kworker it has the call's reason, in the cell's own
+context (fsync) the reason is ``sync``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from isobench.probes import PROBES
+from isobench.probes.base import Probe, ProbeCheck, ProbeResult, ProbeSettings, ProbeTarget
+from isobench.probes.ftrace_parse import CODE, REASONS, RWBS_BITS, Events, parse_file
+from isobench.probes.tracefs import (
+    CellTrace,
+    DirtyBackgroundKnob,
+    missing_events,
+    sweep_stale,
+    tracefs_problem,
+)
+
+WRITEBACK_EVENTS = ["writeback/writeback_start", "writeback/writeback_written", "writeback/writeback_dirty_folio",
+                    "writeback/writeback_single_inode", "task/task_newtask", "filemap/mm_filemap_add_to_page_cache"]
+BLOCK_EVENTS = ["block/block_rq_insert", "block/block_rq_issue", "block/block_rq_complete",
+                "block/block_bio_backmerge", "block/block_bio_frontmerge"]
+BUFFER_EVENTS = ["block/block_touch_buffer", "block/block_dirty_buffer"]
+PAGE_FAULT_EVENTS = ["exceptions/page_fault_user"]
+SYSCALL_EVENTS = ["raw_syscalls/sys_enter"]
+SYNC = REASONS.index("sync")
+
+
+class FtraceSettings(ProbeSettings):
+    buffer_kb: int = Field(8192, ge=64, le=1 << 20, description="ring buffer per CPU, KiB")
+    block: bool = Field(True, description="block request insert/issue/complete and bio merges")
+    buffers: bool = Field(True, description="buffer touch/dirty events (metadata buffers)")
+    page_faults: bool = Field(True, description="user page faults of the cell's tasks")
+    syscalls: bool = Field(True, description="syscall entries of the cell's tasks")
+    dirty_background_bytes: int | None = Field(
+        None, ge=4096, description="lower vm.dirty_background_bytes for the cell (restored afterwards), "
+                                   "so background write-backs happen on a large-memory host")
+    sample_interval_s: float = Field(0.2, gt=0, le=10, description="how often the cell's tasks are listed")
+
+
+@PROBES.register("ftrace")
+class FtraceProbe(Probe):
+    description = ("kernel trace: write-backs by reason and interval, dirty pages, block requests, "
+                   "page faults, syscalls (private tracefs instance)")
+    Settings = FtraceSettings
+
+    def __init__(self, settings: ProbeSettings) -> None:
+        super().__init__(settings)
+        self.settings: FtraceSettings = settings  # type: ignore[assignment]
+        self.trace: CellTrace | None = None
+        self.knob: DirtyBackgroundKnob | None = None
+
+    @classmethod
+    def check(cls) -> ProbeCheck:
+        problem = tracefs_problem()
+        if problem:
+            return ProbeCheck(False, problem)
+        wanted = WRITEBACK_EVENTS + BLOCK_EVENTS + BUFFER_EVENTS + PAGE_FAULT_EVENTS + SYSCALL_EVENTS
+        missing = missing_events(wanted)
+        return ProbeCheck(True, partial={event: "event not in this kernel" for event in missing})
+
+    def start(self, target: ProbeTarget) -> None:
+        s = self.settings
+        host = WRITEBACK_EVENTS + (BLOCK_EVENTS if s.block else []) + (BUFFER_EVENTS if s.buffers else [])
+        cell = (PAGE_FAULT_EVENTS if s.page_faults else []) + (SYSCALL_EVENTS if s.syscalls else [])
+        missing = set(missing_events(host + cell))
+        self.trace = CellTrace("ft", [e for e in host if e not in missing], [e for e in cell if e not in missing],
+                               s.buffer_kb, s.sample_interval_s)
+        if s.dirty_background_bytes:
+            self.knob = DirtyBackgroundKnob(s.dirty_background_bytes)
+            self.knob.apply()
+        try:
+            self.trace.start(target)
+        except BaseException:
+            self.abort()
+            raise
+
+    def stop(self) -> ProbeResult:
+        assert self.trace is not None
+        trace = self.trace
+        trace.stop()
+        if self.knob:
+            self.knob.restore()
+        try:
+            host = parse_file(str(trace.host.trace_file)) if trace.host else None
+            cell = parse_file(str(trace.cell.trace_file)) if trace.cell else None
+            assert trace.sampler is not None
+            result = analyse(host, cell, trace.sampler.tgid, trace.lost())
+            result.info["instances"] = [i.name for i in trace.instances()]
+            result.info["trace_bytes"] = sum(i.trace_file.stat().st_size for i in trace.instances()
+                                             if i.trace_file.exists())
+            result.info["clock"] = "CLOCK_MONOTONIC seconds (time_s columns)"
+            result.info["window_s"] = [trace.host.started_mono if trace.host else 0.0, trace.stopped_mono]
+            return result
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        if self.trace is not None:
+            self.trace.abort()
+        if self.knob is not None:
+            self.knob.restore()
+
+    @classmethod
+    def sweep_stale(cls) -> list[str]:
+        return sweep_stale()
+
+
+def cell_tasks(host: Events | None, cell: Events | None, sampled: dict[int, int]) -> tuple[set[int], dict[int, int]]:
+    """The cell's task ids and their thread-group ids: sampled tasks, every task the
+    pid-filtered instance saw, and (transitively, in time order) every task they spawned."""
+    tids = set(sampled)
+    tgid = dict(sampled)
+    for events in (cell, host):
+        if events is None:
+            continue
+        if events is cell:
+            tids.update(int(p) for p in np.unique(events.pid) if p > 0)
+        born = events.event == CODE["task_newtask"]
+        for parent, child, flags in zip(events.pid[born].tolist(), events.a0[born].tolist(),
+                                        events.a1[born].tolist(), strict=True):
+            if parent in tids:
+                tids.add(child)
+                tgid.setdefault(child, tgid.get(parent, parent) if flags & 0x10000 else child)  # CLONE_THREAD
+    return tids, tgid
+
+
+def _calls(host: Events) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Write-back calls (writeback_start .. _written on one task) and, for each
+    writeback_single_inode event (in order), the index of the call it ran in (-1: none)."""
+    wb = host.of("writeback_start", "writeback_written", "writeback_single_inode")
+    idx = np.flatnonzero(wb)
+    calls: list[dict[str, Any]] = []
+    current: dict[int, int] = {}
+    inode_call: list[int] = []
+    for i, code, pid, t in zip(idx.tolist(), host.event[idx].tolist(), host.pid[idx].tolist(),
+                               host.time_s[idx].tolist(), strict=True):
+        if code == CODE["writeback_start"]:
+            current[pid] = len(calls)
+            calls.append({"time_s": t, "end_s": t, "pid": pid, "reason": int(host.a0[i]),
+                          "nr_pages": int(host.a1[i]), "sb_dev": int(host.a2[i]), "cell_inodes": 0})
+        elif code == CODE["writeback_written"]:
+            if pid in current:
+                calls[current.pop(pid)]["end_s"] = t
+        else:
+            inode_call.append(current.get(pid, -1))
+    return calls, np.asarray(inode_call, dtype=np.int64)
+
+
+def analyse(host: Events | None, cell: Events | None, sampled: dict[int, int],
+            lost_stats: dict[str, int]) -> ProbeResult:
+    tids, tgid = cell_tasks(host, cell, sampled)
+    result = ProbeResult()
+    metrics = result.metrics
+    lost_lines = (host.lost() if host is not None else 0) + (cell.lost() if cell is not None else 0)
+    lost = max(lost_lines, lost_stats.get("overrun", 0) + lost_stats.get("dropped", 0))
+    metrics.append(("lost_events", lost, "events"))
+    result.info["lost"] = {**lost_stats, "lost_lines": lost_lines}
+    result.info["cell_tasks"] = len(tids)
+    if cell is not None:
+        metrics.append(("page_faults", int((cell.event == CODE["page_fault_user"]).sum()), "faults"))
+        metrics.append(("syscalls", int((cell.event == CODE["sys_enter"]).sum()), "calls"))
+    if host is None:
+        return result
+    tid_list = np.fromiter(tids, dtype=np.int64, count=len(tids))
+    in_cell = np.isin(host.pid, tid_list)
+
+    # pages the cell dirtied, and the calls that wrote its inodes
+    dirty = host.of("writeback_dirty_folio") & in_cell
+    cell_inodes = {(int(d), int(i)) for d, i in zip(host.a2[dirty], host.a0[dirty], strict=True)}
+    calls, inode_call = _calls(host)
+    si = np.flatnonzero(host.event == CODE["writeback_single_inode"])
+    si_cell = np.array([(int(d), int(i)) in cell_inodes for d, i in zip(host.a2[si], host.a0[si], strict=True)],
+                       dtype=bool) | in_cell[si]
+    si_reason = np.array([calls[c]["reason"] if c >= 0 else (SYNC if in_cell[k] else -1)
+                          for c, k in zip(inode_call.tolist(), si.tolist(), strict=True)], dtype=np.int8)
+    for c in inode_call[si_cell & (inode_call >= 0)].tolist():
+        calls[c]["cell_inodes"] += 1
+    cell_calls = [c for c in calls if c["cell_inodes"]]
+    # a write-back the cell asked for itself (fsync, sync_file_range) runs outside any call
+    own = si[si_cell & (inode_call < 0) & in_cell[si]]
+    cell_calls += [{"time_s": float(host.time_s[k]), "end_s": float(host.time_s[k]), "pid": int(host.pid[k]),
+                    "reason": SYNC, "nr_pages": int(host.a1[k]), "sb_dev": int(host.a2[k]), "cell_inodes": 1}
+                   for k in own.tolist()]
+    cell_calls.sort(key=lambda c: c["time_s"])
+    by_reason = {name: 0 for name in ("background", "periodic", "sync")}
+    for call in cell_calls:
+        name = REASONS[call["reason"]] if 0 <= call["reason"] < len(REASONS) else "unknown"
+        by_reason[name] = by_reason.get(name, 0) + 1
+    metrics.append(("writebacks", len(cell_calls), "calls"))
+    metrics.extend((f"writebacks.{name}", count, "calls") for name, count in sorted(by_reason.items()))
+    starts = np.array([c["time_s"] for c in cell_calls])
+    if len(starts) >= 2:
+        gaps = np.diff(starts)
+        metrics.append(("writeback_interval_mean_s", float(gaps.mean()), "s"))
+        metrics.append(("writeback_interval_std_s", float(gaps.std(ddof=1)) if len(gaps) > 1 else 0.0, "s"))
+    host_reasons: dict[str, int] = {}
+    for call in calls:
+        name = REASONS[call["reason"]] if 0 <= call["reason"] < len(REASONS) else "unknown"
+        host_reasons[name] = host_reasons.get(name, 0) + 1
+    result.info["host_writebacks_by_reason"] = host_reasons
+    result.info["reasons"] = dict(enumerate(REASONS))
+    result.series["writeback_calls"] = {
+        "time_s": starts, "end_s": np.array([c["end_s"] for c in cell_calls]),
+        "reason": np.array([c["reason"] for c in cell_calls], dtype=np.int8),
+        "pid": np.array([c["pid"] for c in cell_calls], dtype=np.int32),
+        "nr_pages": np.array([c["nr_pages"] for c in cell_calls], dtype=np.int64),
+        "cell_inodes": np.array([c["cell_inodes"] for c in cell_calls], dtype=np.int32)}
+
+    _page_writebacks(host, dirty, si[si_cell], si_reason[si_cell], tgid, result)
+    _block(host, in_cell, [c for c in cell_calls if c["pid"] not in tids], result)
+    return result
+
+
+def _page_writebacks(host: Events, dirty: np.ndarray, si: np.ndarray, si_reason: np.ndarray,
+                     tgid: dict[int, int], result: ProbeResult) -> None:
+    """One row per dirtied folio that was written back during the trace: the nvmsim input."""
+    order: dict[tuple[int, int], int] = {}
+    added = host.event == CODE["mm_filemap_add_to_page_cache"]
+    for ino, index, folio_order in zip(host.a0[added].tolist(), host.a1[added].tolist(), host.a3[added].tolist(),
+                                       strict=True):
+        order[(ino, index)] = folio_order
+    d = np.flatnonzero(dirty)
+    flush_at = np.full(len(d), -1, dtype=np.int64)
+    si_key = host.a2[si] * 1_000_003 + host.a0[si]
+    d_key = host.a2[d] * 1_000_003 + host.a0[d]
+    for key in np.unique(d_key).tolist():
+        writes = si[si_key == key]
+        mine = np.flatnonzero(d_key == key)
+        pos = np.searchsorted(host.time_s[writes], host.time_s[d[mine]], side="left")
+        ok = pos < len(writes)
+        flush_at[mine[ok]] = writes[pos[ok]]
+    done = flush_at >= 0
+    d, flush = d[done], flush_at[done]
+    reason_of = dict(zip(si.tolist(), si_reason.tolist(), strict=True))
+    pages = np.array([1 << order.get((ino, index), 0) for ino, index in
+                      zip(host.a0[d].tolist(), host.a1[d].tolist(), strict=True)], dtype=np.int32)
+    result.series["writeback"] = {
+        "time_s": host.time_s[flush], "dirtied_s": host.time_s[d], "dev": host.a2[d], "ino": host.a0[d],
+        "index": host.a1[d], "pages": pages,
+        "reason": np.array([reason_of[k] for k in flush.tolist()], dtype=np.int8),
+        "pid": host.pid[d], "tgid": np.array([tgid.get(int(p), int(p)) for p in host.pid[d]], dtype=np.int32),
+        "flusher_pid": host.pid[flush]}
+    result.metrics.append(("dirtied_folios", int(dirty.sum()), "folios"))
+    result.metrics.append(("written_back_pages", int(pages.sum()), "pages"))
+    result.info["dirty_not_written_back"] = int((~done).sum())
+
+
+def _block(host: Events, in_cell: np.ndarray, flusher_calls: list[dict[str, Any]], result: ProbeResult) -> None:
+    kinds = host.of("block_rq_insert", "block_rq_issue", "block_rq_complete", "block_bio_backmerge",
+                    "block_bio_frontmerge")
+    mine = kinds & in_cell
+    for call in flusher_calls:  # requests a flusher issued while writing the cell's inodes
+        mine |= kinds & (host.pid == call["pid"]) & (host.time_s >= call["time_s"]) & (host.time_s <= call["end_s"])
+    # completions run in whatever context the interrupt hit: match them to the cell's requests
+    key = host.a1 * 1_000_003 + host.a0
+    issued = mine & host.of("block_rq_insert", "block_rq_issue")
+    complete = host.of("block_rq_complete") & np.isin(key, key[issued])
+    mine |= complete
+    idx = np.flatnonzero(mine)
+    result.series["block"] = {"time_s": host.time_s[idx], "event": host.event[idx], "dev": host.a0[idx],
+                              "sector": host.a1[idx], "nr_sector": host.a2[idx], "rwbs": host.a3[idx],
+                              "pid": host.pid[idx]}
+    inserts = mine & (host.event == CODE["block_rq_insert"])
+    if not inserts.any():
+        inserts = mine & (host.event == CODE["block_rq_issue"])
+    writes = inserts & (host.a3 & RWBS_BITS["W"] > 0)
+    reads = inserts & (host.a3 & RWBS_BITS["R"] > 0)
+    result.metrics.append(("block_requests", int(inserts.sum()), "requests"))
+    result.metrics.append(("block_write_bytes", int(host.a2[writes].sum()) * 512, "bytes"))
+    result.metrics.append(("block_read_bytes", int(host.a2[reads].sum()) * 512, "bytes"))
+    result.metrics.append(("block_merges", int((mine & host.of("block_bio_backmerge", "block_bio_frontmerge")).sum()),
+                           "merges"))
+    result.metrics.append(("block_completions", int(complete.sum()), "requests"))
+
