@@ -185,7 +185,11 @@ def workloads() -> None:
 
 @app.command()
 def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s), CSV or Parquet; several are "
-                                                            "tenants replayed together in time order")],
+                                                            "tenants replayed together in time order; or a study "
+                                                            "directory: the ftrace probe's traces of its cells")],
+           cell: Annotated[Optional[str], typer.Option(help="with a study directory: only this cell")] = None,  # noqa: UP045
+           export_csv: Annotated[Optional[Path], typer.Option(help="with a study directory: write the cells' "  # noqa: UP045
+                                                                   "traces as CSV here (file or directory)")] = None,
            capacity: Annotated[str, typer.Option(help="NVM buffer size: pages, or a size such as 64m")] = "16m",
            policy: Annotated[str, typer.Option(help="lru, clock or hot (hotness-aware)")] = "lru",
            nvm: Annotated[str, typer.Option(help="NVM device preset")] = "pcm",
@@ -210,6 +214,12 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
     from isobench.nvmsim.run import capacity_sweep, compare, default_capacities
     from isobench.study.model import parse_memory
 
+    if len(traces) == 1 and traces[0].is_dir():
+        from isobench.nvmsim.study_cli import nvmsim_study
+
+        nvmsim_study(traces[0], cell, export_csv, capacity, policy, nvm, slow, high_watermark, low_watermark,
+                     as_json, console)
+        return
     for name, value in (("--nvm", nvm), ("--slow", slow)):
         if value not in PRESETS:
             raise UserError(f"unknown device {value!r}", field=name, fix=f"use one of {', '.join(PRESETS)}")

@@ -7,6 +7,7 @@ WORKLOADS: Registry[Workload] = Registry(
     "workload",
     [
         "isobench.workloads.cpu_spin",
+        "isobench.workloads.file_writer",
         "isobench.workloads.lenet_train",
         "isobench.workloads.resnet_infer",
     ],
