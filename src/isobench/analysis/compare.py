@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from isobench.analysis.stats import METHOD, ratio_ci
+from isobench.plan.tenancy import tenant_spec
 from isobench.store import Store
 from isobench.study.loader import load_study_text
 
@@ -94,6 +95,8 @@ def compare(store: Store) -> list[Comparison]:
     study = load_study_text(store.meta("study_yaml") or "", store.meta("study_file") or "store", check_host=False)
     baseline_key = study.baseline
     baseline_name = study.baseline_entry().name
+    # A tenant group on the baseline's platform measures interference: it is no A/A entry.
+    tenant_keys = {p.key for p in study.platforms if tenant_spec(study, p) != 1}
     groups = load_groups(store)
     baselines = [g for g in groups if g.platform_key == baseline_key]
     results: list[Comparison] = []
@@ -114,7 +117,7 @@ def compare(store: Store) -> list[Comparison]:
                 ci_low=est.ci_low, ci_high=est.ci_high, n=est.n, significant=est.significant,
                 n_baseline=est.n_baseline, p_value=est.p_value, mean=statistics.fmean(sample),
                 baseline_mean=statistics.fmean(reference), unit=group.units.get(metric, ""),
-                method=METHOD, is_aa=group.platform == baseline_name))
+                method=METHOD, is_aa=group.platform == baseline_name and group.platform_key not in tenant_keys))
     return results
 
 

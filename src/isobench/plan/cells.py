@@ -110,4 +110,6 @@ def expand(study: Study) -> list[Cell]:
             cells.append(Cell(study=study.name, cell_id=f"{gkey}/{tag}", seq=len(cells),
                               rep=rep, warmup=warmup, seed=study.seed + rep, timeout_s=study.timeout_s,
                               probes=probes, **group))
-    return cells
+    from isobench.plan.tenancy import assign_tenants
+
+    return assign_tenants(study, cells)

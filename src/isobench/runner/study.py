@@ -21,7 +21,8 @@ from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.base import prune_stale_runner_locks, runner_tag
 from isobench.platforms.cgroups import prune_empty
 from isobench.platforms.hostmirror import data_root
-from isobench.runner.execute import run_cell
+from isobench.runner.hostknobs import applied_host_knobs
+from isobench.runner.tenancy import run_group, tenant_batches
 from isobench.store import Store
 from isobench.study.loader import load_study_text
 from isobench.study.model import Knobs, Study
@@ -136,19 +137,25 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
     try:
         with sigterm_as_interrupt(), progress:
             task = progress.add_task("running", total=len(plan), completed=len(done))
-            for cell in todo:
-                cell = dataclasses.replace(cell, data_dir=data_paths.get(cell.data_key or ""))
+            for batch in tenant_batches(todo):
+                batch = [dataclasses.replace(cell, data_dir=data_paths.get(cell.data_key or "")) for cell in batch]
+                cell = batch[0]
                 platform = platforms[cell.platform_key]
                 tag = " (warm-up)" if cell.warmup else ""
+                tag += f" ×{len(batch)} tenants" if len(batch) > 1 else ""
                 progress.update(task, description=f"{cell.workload_key} on {platform.display()}{tag}")
-                outcome = run_cell(cell, platform)
-                # A resumed study may finish on another boot or host: say where each cell ran.
-                outcome.platform_info.update(host=socket.gethostname(), runner=runner_tag())
-                store.record(outcome, platform.display())
-                if outcome.status != "ok":
-                    failures += 1
-                    progress.console.print(f"[red]{outcome.status}[/] {cell.cell_id}: {outcome.error}")
-                progress.advance(task)
+                with applied_host_knobs(cell.knobs):  # cpufreq / power-mode knobs, restored after
+                    outcomes = run_group(batch, platform)  # a tenant group starts together
+                for outcome in outcomes:
+                    # A resumed study may finish on another boot or host: say where each cell ran.
+                    outcome.platform_info.update(host=socket.gethostname(), runner=runner_tag())
+                store.record_all(outcomes, platform.display())  # a tenant group: whole or not at all
+                for outcome in outcomes:
+                    cell = outcome.cell
+                    if outcome.status != "ok":
+                        failures += 1
+                        progress.console.print(f"[red]{outcome.status}[/] {cell.cell_id}: {outcome.error}")
+                    progress.advance(task)
     except KeyboardInterrupt:
         console.print(f"\n[yellow]interrupted[/]: finished cells are saved; continue with "
                       f"`isobench run --resume --out {out}`")

@@ -169,6 +169,28 @@ class Store:
 
     def record(self, outcome: Any, display: str) -> bool:
         """Write a finished cell atomically. Returns False if it was already recorded."""
+        return self.record_all([outcome], display) == 1
+
+    def record_all(self, outcomes: list[Any], display: str) -> int:
+        """Write cells in ONE transaction, so a tenant group is stored whole or not at all.
+
+        Cells already stored are skipped; returns how many were written."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            written = 0
+            for outcome in outcomes:
+                if self.conn.execute("SELECT 1 FROM cells WHERE cell_id = ?",
+                                     (outcome.cell.cell_id,)).fetchone() is None:
+                    self._insert(outcome, display)
+                    written += 1
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        return written
+
+    def _insert(self, outcome: Any, display: str) -> None:
         cell = outcome.cell
         inside = outcome.hello.get("inside") if outcome.hello else None
         row = (cell.cell_id, cell.seq, cell.group, cell.workload, cell.workload_key,
@@ -180,27 +202,16 @@ class Store:
         phase_rows = [(cell.cell_id, item["i"], name, seconds)
                       for item in outcome.items
                       for name, seconds in [("e2e", item["e2e"]), *item["phases"].items()]]
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-            self.conn.execute(f"INSERT INTO cells VALUES ({','.join('?' * len(row))})", row)
-            if outcome.status == "ok":
-                self.conn.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)",
-                                      [(cell.cell_id, m, v, u) for m, v, u in cell_metrics(outcome)])
-                self.conn.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)", phase_rows)
-            probes = getattr(outcome, "probes", None)
-            if probes is not None:  # raw series are kept for failed cells too: they often say why
-                self.conn.executemany("INSERT INTO series VALUES (?, ?, ?, ?)",
-                                      [(cell.cell_id, probe, name, blob)
-                                       for (probe, name), blob in probes.series.items()])
-            self.conn.execute("COMMIT")
-        except sqlite3.IntegrityError:
-            self.conn.execute("ROLLBACK")
-            return False
-        except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
-        return True
+        self.conn.execute(f"INSERT INTO cells VALUES ({','.join('?' * len(row))})", row)
+        if outcome.status == "ok":
+            self.conn.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)",
+                                  [(cell.cell_id, m, v, u) for m, v, u in cell_metrics(outcome)])
+            self.conn.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)", phase_rows)
+        probes = getattr(outcome, "probes", None)
+        if probes is not None:  # raw series are kept for failed cells too: they often say why
+            self.conn.executemany("INSERT INTO series VALUES (?, ?, ?, ?)",
+                                  [(cell.cell_id, probe, name, blob)
+                                   for (probe, name), blob in probes.series.items()])
 
     def cells(self, include_warmup: bool = False) -> list[dict[str, Any]]:
         query = "SELECT * FROM cells" + ("" if include_warmup else " WHERE warmup = 0") + " ORDER BY seq"

@@ -99,6 +99,8 @@ class PlatformEntry(BaseModel):
     image: str | None = Field(None, description="user image with Python, torch and isobench inside")
     knobs: KnobValues = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
+    #: N cells at once behind a barrier, or a list of workload keys (mixed tenants); see plan/tenancy.py
+    tenants: int | list[str] | None = Field(None, description="cells run at once: a count or workload keys")
 
     @property
     def key(self) -> str:
@@ -131,6 +133,16 @@ class Study(BaseModel):
         config = {name: dict(settings or {}) for name, settings in value.items()}
         validate_probe_config(config)
         return config
+
+    #: default `tenants` of every platform entry that sets none
+    tenants: int | None = Field(None, ge=1, le=64, description="cells run at once on every platform entry")
+
+    @model_validator(mode="after")
+    def _tenants(self) -> Study:
+        from isobench.plan.tenancy import validate_tenants
+
+        validate_tenants(self)
+        return self
 
     @model_validator(mode="after")
     def _unique_keys(self) -> Study:

@@ -1,0 +1,110 @@
+"""Run a tenant group: its cells start together behind a barrier, each with its own probes.
+
+Every member runs through :func:`isobench.runner.execute.run_cell` in a thread of its own;
+the threads wait at a :class:`threading.Barrier` and launch at once. Each outcome gets
+``platform_info["tenancy"]``: its index, the group, and the group's start skew (spread
+of the workers' first instants, as the workers' own clocks report them in ``hello``)
+and release skew (spread of the launch calls after the barrier, runner clock).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from isobench.plan.cells import Cell
+from isobench.platforms.base import Launched, Platform
+from isobench.runner.execute import CellOutcome, run_cell
+
+
+def tenant_batches(cells: Iterable[Cell]) -> Iterator[list[Cell]]:
+    """One list per unit of work: a lone cell, or a whole tenant group (consecutive in the plan)."""
+    iterator = iter(cells)
+    for cell in iterator:
+        group = cell.extra.get("tenant_group")
+        if not group:
+            yield [cell]
+            continue
+        members = [cell]
+        for _ in range(int(cell.extra["tenants"]) - 1):
+            member = next(iterator)
+            if member.extra.get("tenant_group") != group:
+                raise RuntimeError(f"tenant group {group} is not contiguous in the plan at {member.cell_id}")
+            members.append(member)
+        yield members
+
+
+class _Tracked:
+    """The platform, remembering what it launched so an interrupt can stop every tenant."""
+
+    def __init__(self, platform: Platform) -> None:
+        self._platform = platform
+        self.launched: list[Launched] = []
+        self._lock = threading.Lock()
+
+    def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
+        launched = self._platform.launch(cell, argv, stderr)
+        with self._lock:
+            self.launched.append(launched)
+        return launched
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._platform, name)
+
+
+def run_group(cells: list[Cell], platform: Platform) -> list[CellOutcome]:
+    """Run the members of a tenant group at once; return their outcomes in member order."""
+    if len(cells) == 1 and not cells[0].extra.get("tenant_group"):
+        return [run_cell(cells[0], platform)]
+    tracked = _Tracked(platform)
+    barrier = threading.Barrier(len(cells))
+    outcomes: list[CellOutcome | None] = [None] * len(cells)
+    released = [0.0] * len(cells)
+    errors: list[BaseException] = []
+
+    def tenant(index: int) -> None:
+        try:
+            barrier.wait()
+            released[index] = time.monotonic()
+            outcomes[index] = run_cell(cells[index], tracked)  # type: ignore[arg-type]
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the runner's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=tenant, args=(i,), name=f"tenant-{i}", daemon=True)
+               for i in range(len(cells))]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.2)
+    except BaseException:
+        # Ctrl-C or SIGTERM reaches the runner's thread only: stop every tenant, then wait.
+        barrier.abort()
+        for launched in list(tracked.launched):
+            platform.cleanup_cell(launched)
+        for thread in threads:
+            thread.join(timeout=60)
+        raise
+    if errors:
+        raise errors[0]
+    done = [o for o in outcomes if o is not None]
+    annotate(done, released)
+    return done
+
+
+def annotate(outcomes: list[CellOutcome], released: list[float]) -> None:
+    """Record each tenant's index and the group's start and release skew in its platform_info."""
+    starts = [o.hello.get("wall_time") for o in outcomes if o.hello and o.hello.get("wall_time")]
+    start_skew = (max(starts) - min(starts)) if len(starts) == len(outcomes) else None
+    release_skew = max(released) - min(released) if released else None
+    first = min(starts) if starts else None
+    for outcome in outcomes:
+        extra = outcome.cell.extra
+        started = outcome.hello.get("wall_time") if outcome.hello else None
+        outcome.platform_info["tenancy"] = {
+            "tenant": extra.get("tenant"), "tenants": extra.get("tenants"), "group": extra.get("tenant_group"),
+            "start_skew_s": start_skew, "release_skew_s": release_skew,
+            "start_offset_s": (started - first) if started is not None and first is not None else None}
