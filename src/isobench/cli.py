@@ -151,6 +151,18 @@ def doctor() -> None:
         table.add_row(platform.display(), "[green]yes[/]" if avail.ok else "[red]no[/]", notes.strip("; "),
                       *knob_cells)
     console.print(table)
+    _probe_summary()
+
+
+def _probe_summary() -> None:
+    from isobench.probes import PROBES
+
+    ready, missing = [], []
+    for name, cls in PROBES:
+        check = cls.check()
+        (ready if check.ok else missing).append(name if check.ok else f"{name} ({check.reason})")
+    console.print(f"probes that work here: {', '.join(ready) or 'none'}"
+                  + (f"; unavailable: {'; '.join(missing)}" if missing else "") + " (details: isobench probes)")
 
 
 @app.command()
@@ -181,6 +193,46 @@ def workloads() -> None:
         phases = ", ".join(cls.phases) + (f"\nonce: {', '.join(cls.setup_phases)}" if cls.setup_phases else "")
         table.add_row(name, cls.description, cls.item, phases, params)
     console.print(table)
+
+
+@app.command()
+def probes() -> None:
+    """List the probes: what each measures, its settings (defaults in brackets), whether it is in
+    the default set, and whether it can run on this host."""
+    from isobench.probes import PROBES
+
+    table = Table(title="probes (a study's `probes:` picks them; absent: the default set)", show_lines=True)
+    for column in ("name", "default", "works here", "measures", "settings"):
+        table.add_column(column)
+    for name, cls in PROBES:
+        check = cls.check()
+        here = "[green]yes[/]" if check.ok else f"[red]no[/]: {check.reason}"
+        if check.ok and check.partial:
+            here += "".join(f"\n[yellow]not here[/] {part}: {why}" for part, why in check.partial.items())
+        settings = "\n".join(
+            f"{key} [{field.default_factory() if field.default_factory else field.default}]: {field.description or ''}"
+            for key, field in cls.Settings.model_fields.items())
+        table.add_row(name, "yes" if cls.default else "", here, cls.description, settings or "-")
+    console.print(table)
+
+
+@app.command()
+def baseload(seconds: Annotated[float, typer.Option(help="seconds to measure each idle state")] = 30.0,
+             container: Annotated[bool, typer.Option(help="also measure an idle container")] = True) -> None:
+    """Measure the idle host's power (and an idle container's) so the energy probe can split a
+    cell's energy into baseload and incremental."""
+    from isobench.probes.baseload import NoMeter, measure_baseload
+
+    try:
+        result = measure_baseload(seconds, container, console.print)
+    except NoMeter as exc:
+        err_console.print(f"energy meters: unavailable here: {exc}")
+        raise typer.Exit(1) from None
+    for key in ("host_idle_w", "container_idle_w"):
+        if key in result:
+            watts = ", ".join(f"{name} {value:.2f} W" for name, value in result[key].items())
+            console.print(f"{key.removesuffix('_w').replace('_', ' ')}: {watts}")
+    console.print(f"saved to {result['saved_to']} (the energy probe uses it when the meters match)")
 
 
 @app.command()

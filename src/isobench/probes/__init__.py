@@ -14,6 +14,9 @@ PROBES: Registry[Probe] = Registry(
         "isobench.probes.cgroup",
         "isobench.probes.vmstat",
         "isobench.probes.environment",
+        "isobench.probes.perf",
+        "isobench.probes.gpu",
+        "isobench.probes.energy",
     ],
 )
 
