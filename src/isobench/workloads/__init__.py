@@ -10,6 +10,12 @@ WORKLOADS: Registry[Workload] = Registry(
         "isobench.workloads.file_writer",
         "isobench.workloads.lenet_train",
         "isobench.workloads.resnet_infer",
+        "isobench.workloads.train_image",
+        "isobench.workloads.train_text",
+        "isobench.workloads.infer_image",
+        "isobench.workloads.infer_text",
+        "isobench.workloads.infer_speech",
+        "isobench.workloads.infer_recsys",
     ],
 )
 

@@ -38,6 +38,11 @@ class Workload(ABC):
     imports: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
+    def import_modules(cls, params: WorkloadParams) -> tuple[str, ...]:
+        """What the timed "import" phase imports for ``params`` (transformers only when used)."""
+        return cls.imports
+
+    @classmethod
     def data_key(cls, params: WorkloadParams) -> str | None:
         """A stable name for the data set ``params`` need, or None when no data is needed."""
         return None

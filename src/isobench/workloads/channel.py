@@ -38,6 +38,7 @@ class CellContext:
         self.seed: int = int(cell.get("seed", 0))
         self._items = 0
         self._run_started: float | None = None
+        self._notes: dict[str, Any] = {}
 
     def emit(self, record: dict[str, Any]) -> None:
         self._stream.write(json.dumps(record, separators=(",", ":")) + "\n")
@@ -58,6 +59,10 @@ class CellContext:
         self.emit({"type": "item", "i": self._items, "e2e": e2e, "phases": phases})
         self._items += 1
 
+    def note(self, **facts: Any) -> None:
+        """Facts about the run (timing mode, epochs done) carried in the ``done`` record."""
+        self._notes.update(facts)
+
     def finish(self, **extra: Any) -> None:
         run_s = time.perf_counter() - self._run_started if self._run_started else None
-        self.emit({"type": "done", "items": self._items, "run_s": run_s, **extra})
+        self.emit({"type": "done", "items": self._items, "run_s": run_s, **self._notes, **extra})

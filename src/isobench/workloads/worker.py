@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
         workload_cls = WORKLOADS.get(cell["workload"])
         params = workload_cls.Params(**cell.get("params", {}))
         with ctx.setup("import"):
-            for module in workload_cls.imports:
+            for module in workload_cls.import_modules(params):
                 importlib.import_module(module)
             if threads and "torch" in workload_cls.imports:
                 import torch
