@@ -180,18 +180,28 @@ def platforms() -> None:
 
 
 @app.command()
-def workloads() -> None:
-    """List the workloads with their phases and parameters (defaults in brackets)."""
+def workloads(names: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
+        help="only these workloads (default: all)")] = None) -> None:
+    """List the workloads with their phases and parameters (name=default: meaning)."""
+    from rich.markup import escape
+
     from isobench.workloads import WORKLOADS
 
+    unknown = [n for n in names or [] if n not in WORKLOADS]
+    if unknown:
+        raise UserError(f"unknown workload {unknown[0]!r}", field="isobench workloads",
+                        fix=f"use one of {', '.join(WORKLOADS.names())}")
     table = Table(title="workloads", show_lines=True)
     for column in ("name", "description", "item", "phases", "parameters"):
         table.add_column(column)
     for name, cls in WORKLOADS:
-        params = "\n".join(f"{key} [{field.default}]: {field.description or ''}"
+        if names and name not in names:
+            continue
+        # escape: defaults and descriptions hold brackets that rich would take for markup
+        params = "\n".join(escape(f"{key}={field.default}: {field.description or ''}")
                            for key, field in cls.Params.model_fields.items())
         phases = ", ".join(cls.phases) + (f"\nonce: {', '.join(cls.setup_phases)}" if cls.setup_phases else "")
-        table.add_row(name, cls.description, cls.item, phases, params)
+        table.add_row(name, escape(cls.description), cls.item, phases, params)
     console.print(table)
 
 
