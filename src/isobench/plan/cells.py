@@ -45,6 +45,10 @@ class Cell:
     extra: dict[str, Any] = field(default_factory=dict)
     #: probe name -> settings, attached around this cell on the host (not part of the cell id)
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the host reaches a port in the cell (serving): the platform gives it a network
+    network: bool = False
+    #: host directory mounted read-write at the same path (trained models); set by the runner
+    artifacts_dir: str | None = None
 
     @property
     def group(self) -> str:
@@ -60,7 +64,8 @@ class Cell:
     def worker_payload(self) -> dict[str, Any]:
         """What the worker inside the platform needs (no host-only details)."""
         return {"cell_id": self.cell_id, "workload": self.workload, "params": self.params,
-                "knobs": self.knobs, "seed": self.seed, "data_dir": self.data_dir}
+                "knobs": self.knobs, "seed": self.seed, "data_dir": self.data_dir,
+                "artifacts_dir": self.artifacts_dir, "platform_key": self.platform_key}
 
 
 def group_key(workload_key: str, params: dict[str, Any], platform_key: str, knobs: dict[str, Any]) -> str:
@@ -88,12 +93,14 @@ def expand(study: Study) -> list[Cell]:
         params_model = WORKLOADS.get(workload).Params(**params)
         full_params = params_model.model_dump()
         data_key = WORKLOADS.get(workload).data_key(params_model)
+        consumes = WORKLOADS.get(workload).artifact_flow(params_model)[1] is not None
         for knobs in knob_combinations({**study.knobs, **platform.knobs}):
             knobs = {k: v for k, v in knobs.items() if v is not None}
             groups.append({"workload": workload, "workload_key": workload_key, "params": full_params,
                            "platform": platform.name, "platform_key": platform.key,
                            "platform_entry": platform.model_dump(exclude={"knobs"}),
-                           "knobs": knobs, "data_key": data_key})
+                           "knobs": knobs, "data_key": data_key,
+                           "network": WORKLOADS.get(workload).needs_network, "_consumes": consumes})
 
     from isobench.probes.session import default_probe_config
 
@@ -103,13 +110,15 @@ def expand(study: Study) -> list[Cell]:
     for round_index, (warmup, rep) in enumerate(rounds):
         order = list(range(len(groups)))
         random.Random(f"{study.seed}:{round_index}").shuffle(order)
+        # A cell that loads an artifact (a trained model) runs after the round's producers.
+        order.sort(key=lambda i: groups[i]["_consumes"])
         for index in order:
             group = groups[index]
             gkey = group_key(group["workload_key"], group["params"], group["platform_key"], group["knobs"])
             tag = f"w{rep}" if warmup else f"r{rep}"
             cells.append(Cell(study=study.name, cell_id=f"{gkey}/{tag}", seq=len(cells),
                               rep=rep, warmup=warmup, seed=study.seed + rep, timeout_s=study.timeout_s,
-                              probes=probes, **group))
+                              probes=probes, **{k: v for k, v in group.items() if k != "_consumes"}))
     from isobench.plan.tenancy import assign_tenants
 
     return assign_tenants(study, cells)

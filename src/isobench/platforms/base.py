@@ -108,6 +108,14 @@ class Platform(ABC):
         """After the process ended: platform facts about the cell (OOM kill, container id)."""
         return {}
 
+    def network_mode(self, cell: Cell) -> str:
+        """The network a cell gets: "none", or how the host reaches a serving cell."""
+        return "host"
+
+    def service_host(self, launched: Launched) -> str:
+        """The address the host reaches a serving cell's port on (see ``network_mode``)."""
+        return "127.0.0.1"
+
     @abstractmethod
     def cleanup_cell(self, launched: Launched) -> None:
         """Kill and remove everything the cell started. Idempotent; called on every exit path."""

@@ -40,6 +40,9 @@ from isobench.study.model import Knobs, PlatformEntry
 
 DAEMON_JSON = Path("/etc/docker/daemon.json")
 LABEL_RUNNER = "isobench.runner"
+#: the user-defined bridge serving cells join (dockerd here runs with --bridge=none: no docker0)
+SERVE_NETWORK = "isobench-net"
+NETWORK_OPTIONS = ("bridge", "host")
 ENGINE_HINT = "start one with `./isobench.sh setup` or `dockerd --iptables=false --bridge=none &`"
 
 
@@ -100,10 +103,13 @@ class DockerBase(Platform):
 
     @classmethod
     def validate_entry(cls, entry: PlatformEntry) -> None:
-        unknown = set(entry.options) - {"python", "shm_size"}
+        unknown = set(entry.options) - {"python", "shm_size", "network"}
         if unknown:
             raise ValueError(f"options: unknown option(s) {sorted(unknown)} "
-                             "(fix: use `python` (interpreter in a user image) or `shm_size`)")
+                             "(fix: use `python` (interpreter in a user image), `shm_size` or `network`)")
+        if entry.options.get("network", "bridge") not in NETWORK_OPTIONS:
+            raise ValueError(f"options.network: {entry.options['network']!r} is not one of {NETWORK_OPTIONS} "
+                             "(fix: `bridge`, isobench's own bridge network, or `host`)")
 
     def runtime(self) -> str:
         return self.entry.runtime or self.runtime_default
@@ -142,11 +148,13 @@ class DockerBase(Platform):
     def _run_args(self, cell: Cell, name: str) -> list[str]:
         knobs = Knobs(**cell.knobs)
         args = ["run", "--name", name, "--label", f"{LABEL_RUNNER}={runner_tag()}",
-                "--label", f"isobench.cell={cell.cell_id}", "--network", "none",
+                "--label", f"isobench.cell={cell.cell_id}", "--network", self._docker_network(cell),
                 "--runtime", self.runtime(), "--workdir", "/tmp"]
         mounts = [str(data_root())] if self.entry.image else cell_mounts()
         for path in mounts:
             args += ["-v", f"{path}:{path}:ro"]
+        if cell.artifacts_dir:  # trained models leave the container as host files
+            args += ["-v", f"{cell.artifacts_dir}:{cell.artifacts_dir}:rw"]
         env = {"PYTHONUNBUFFERED": "1"} if self.entry.image else container_env()
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]
@@ -187,6 +195,36 @@ class DockerBase(Platform):
         return ProbeTarget(platform=self.name, root_pid=pid, cgroups=cgroups_of_pid(pid),
                            container_id=container_id, engine_pids=docker_engine_pids(container_id))
 
+    def network_mode(self, cell: Cell) -> str:
+        if not cell.network:
+            return "none"
+        if self.runtime() == "runsc":
+            raise RuntimeError("a serving cell needs a network, and isobench registers runsc with "
+                               "--network=none (it refuses the root namespace's network here); "
+                               "serve on docker/runc, oci or baremetal")
+        return "host" if self.entry.options.get("network") == "host" else f"bridge:{SERVE_NETWORK}"
+
+    def _docker_network(self, cell: Cell) -> str:
+        mode = self.network_mode(cell)
+        if mode.startswith("bridge:") and docker("network", "inspect", SERVE_NETWORK, check=False).returncode:
+            # Kept between studies like the host-mirror image; with --iptables=false nothing is
+            # NATed: the host reaches the container's bridge address directly, nothing else does.
+            created = docker("network", "create", "--driver", "bridge", "--label", "isobench.network=serve",
+                             SERVE_NETWORK, check=False)
+            if created.returncode and "already exists" not in created.stderr:
+                raise RuntimeError(f"cannot create the docker network {SERVE_NETWORK}: {created.stderr.strip()}")
+        return mode.removeprefix("bridge:")
+
+    def service_host(self, launched: Launched) -> str:
+        if self.entry.options.get("network") == "host":
+            return "127.0.0.1"
+        out = docker("inspect", "--format", f'{{{{(index .NetworkSettings.Networks "{SERVE_NETWORK}").IPAddress}}}}',
+                     launched.name, check=False)
+        address = out.stdout.strip()
+        if out.returncode or not address:
+            raise RuntimeError(f"container {launched.name} has no address on {SERVE_NETWORK}: {out.stderr.strip()}")
+        return address
+
     def collect(self, launched: Launched) -> dict[str, Any]:
         out = docker("inspect", "--format", "{{json .}}", launched.name, check=False)
         if out.returncode != 0:
@@ -197,6 +235,7 @@ class DockerBase(Platform):
         # What the engine applied, for platforms whose /proc inside cannot show it (gVisor).
         return {"container_id": data.get("Id"), "oom_killed": state.get("OOMKilled"),
                 "container_exit_code": state.get("ExitCode"), "runtime": host.get("Runtime"),
+                "network": host.get("NetworkMode"),
                 "applied": {"nano_cpus": host.get("NanoCpus"), "cpuset_cpus": host.get("CpusetCpus"),
                             "memory": host.get("Memory"), "security_opt": host.get("SecurityOpt")}}
 

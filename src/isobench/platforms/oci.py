@@ -78,6 +78,9 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
     for path in cell_mounts():
         mounts.append({"destination": path, "type": "bind", "source": path,
                        "options": ["rbind", "ro", "nosuid", "nodev"]})
+    if cell.artifacts_dir:  # trained models leave the container as host files
+        mounts.append({"destination": cell.artifacts_dir, "type": "bind", "source": cell.artifacts_dir,
+                       "options": ["rbind", "rw", "nosuid", "nodev"]})
     resources: dict[str, Any] = {"devices": [{"allow": False, "access": "rwm"}]}
     if knobs.cpus is not None or knobs.cpuset is not None:
         cpu: dict[str, Any] = {}
@@ -92,7 +95,9 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
     linux: dict[str, Any] = {
         "resources": resources,
         "cgroupsPath": cgroups_path,
-        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+        # A serving cell shares the host's network (no bridge without a daemon); others get none.
+        "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")
+                       if not (t == "network" and cell.network)],
         "maskedPaths": ["/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
                         "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware",
                         "/proc/scsi"],
@@ -180,6 +185,9 @@ class Oci(Platform):
         if runtime == "runsc":
             # runsc, unlike runc, does not fill an empty v1 cpuset parent: do it for it.
             ensure_cpuset_parent(Path(cgroups_path).parent)
+        if cell.artifacts_dir:  # the root is read-only: the artifacts mount point must exist in it
+            rootfs = build_skeleton((str(data_root()), cell.artifacts_dir))
+        self.network_mode(cell)  # refuses what cannot work before anything starts
         config = bundle_config(cell, argv, rootfs, cgroups_path, runtime)
         (bundle / "config.json").write_text(json.dumps(config, indent=1))
         cmd = runtime_argv(runtime, "run", "--bundle", str(bundle), container_id)
@@ -211,6 +219,12 @@ class Oci(Platform):
 
     def collect(self, launched: Launched) -> dict[str, Any]:
         return {"container_id": launched.name, "runtime": launched.resources["runtime"]}
+
+    def network_mode(self, cell: Cell) -> str:
+        if cell.network and self.runtime() == "runsc":
+            raise RuntimeError("a serving cell needs a network, and isobench runs runsc with --network=none; "
+                               "serve on oci/runc, oci/crun, docker or baremetal")
+        return "host" if cell.network else "none"
 
     def cleanup_cell(self, launched: Launched) -> None:
         runtime = launched.resources["runtime"]

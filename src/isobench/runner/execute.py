@@ -19,6 +19,7 @@ from isobench.plan.cells import Cell
 from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.hostmirror import python_inside
 from isobench.probes.session import ProbeOutcome, ProbeSession
+from isobench.runner.drivers import settle, start_host_driver
 from isobench.study.model import PlatformEntry
 
 STDERR_TAIL = 2000
@@ -92,6 +93,7 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
         # probes read the cell's counters when its last phase ends, while its cgroup still exists
         reader = _ChannelReader(launched.proc.stdout, on_done=lambda: probes.mark("done"))
         reader.start()
+        driver = start_host_driver(cell, platform, launched, reader.records)  # serving: load from the host
         status = "ok"
         info: dict[str, Any] = {}
         try:
@@ -111,6 +113,8 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
             if status == "ok":
                 info = platform.collect(launched)
         finally:
+            if driver is not None:
+                driver.stop()
             probes.abort()
             platform.cleanup_cell(launched)
             reader.join(timeout=10)
@@ -138,6 +142,7 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
             outcome.done = record
         elif kind == "error":
             outcome.error = record.get("message")
+    settle(outcome, driver)  # done.info -> platform_info; a host driver's items and metrics
     if status == "timeout":
         outcome.error = f"cell exceeded its timeout of {cell.timeout_s:g} s and was killed"
     elif exit_code != 0 or outcome.done is None or outcome.error:

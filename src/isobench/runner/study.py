@@ -21,6 +21,7 @@ from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.base import prune_stale_runner_locks, runner_tag
 from isobench.platforms.cgroups import prune_empty
 from isobench.platforms.hostmirror import data_root
+from isobench.runner.artifacts import artifacts_dir_for
 from isobench.runner.hostknobs import applied_host_knobs
 from isobench.runner.tenancy import run_group, tenant_batches
 from isobench.store import Store
@@ -138,7 +139,8 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
         with sigterm_as_interrupt(), progress:
             task = progress.add_task("running", total=len(plan), completed=len(done))
             for batch in tenant_batches(todo):
-                batch = [dataclasses.replace(cell, data_dir=data_paths.get(cell.data_key or "")) for cell in batch]
+                batch = [dataclasses.replace(cell, data_dir=data_paths.get(cell.data_key or ""),
+                                             artifacts_dir=artifacts_dir_for(cell, out)) for cell in batch]
                 cell = batch[0]
                 platform = platforms[cell.platform_key]
                 tag = " (warm-up)" if cell.warmup else ""

@@ -36,6 +36,17 @@ class Workload(ABC):
     needs_data: ClassVar[bool] = False
     #: modules imported inside the timed "import" setup phase, before ``run``
     imports: ClassVar[tuple[str, ...]] = ()
+    #: the cell listens on a port the host reaches (docker: a bridge network, see the README)
+    needs_network: ClassVar[bool] = False
+    #: a host-side driver (isobench.runner.drivers) started when the cell reports ``ready``
+    host_driver: ClassVar[str | None] = None
+    #: the cell gets the study's artifacts directory, mounted read-write at the same path
+    uses_artifacts: ClassVar[bool] = False
+
+    @classmethod
+    def artifact_flow(cls, params: WorkloadParams) -> tuple[str | None, str | None]:
+        """(artifact these params produce, artifact they consume): producers run first in a round."""
+        return None, None
 
     @classmethod
     def import_modules(cls, params: WorkloadParams) -> tuple[str, ...]:

@@ -1,0 +1,251 @@
+"""Host-side drivers: load generators that run in the runner, outside the platform.
+
+A workload that names a ``host_driver`` (the ``serve`` workload: ``http-load``) gets one
+started beside its cell. The driver waits for the cell's ``ready`` record (which names the
+port), reaches the cell where its platform says (:meth:`Platform.service_host`), sends the
+load, and ends the cell (``POST /shutdown``; failing that, it kills the launcher so the
+runner's usual cleanup runs). Its per-request records become the cell's items and its
+summary numbers the cell's ``workload.client.*`` metrics, stored like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from isobench.plan.cells import Cell
+from isobench.platforms.base import Launched, Platform, kill_process_group
+
+READY_POLL_S = 0.01
+SHUTDOWN_WAIT_S = 30.0
+
+
+class HostDriver(threading.Thread):
+    """Runs beside one cell; subclasses implement ``drive(host, ready_record)``."""
+
+    name_: ClassVar[str]
+
+    def __init__(self, cell: Cell, platform: Platform, launched: Launched, records: list[dict[str, Any]]) -> None:
+        super().__init__(daemon=True, name=f"driver-{cell.seq}")
+        self.cell = cell
+        self.platform = platform
+        self.launched = launched
+        self.records = records
+        self.stopping = threading.Event()
+        self.items: list[dict[str, Any]] = []
+        self.metrics: dict[str, Any] = {}
+        self.info: dict[str, Any] = {}
+        self.error: str | None = None
+
+    def _wait_ready(self) -> dict[str, Any] | None:
+        seen = 0
+        while not self.stopping.is_set():
+            while seen < len(self.records):
+                record = self.records[seen]
+                seen += 1
+                if record.get("type") == "ready":
+                    return record
+                if record.get("type") in ("error", "done"):
+                    return None  # the cell ended without serving: its own error says why
+            if self.launched.proc.poll() is not None and seen >= len(self.records):
+                return None
+            time.sleep(READY_POLL_S)
+        return None
+
+    def run(self) -> None:
+        ready = self._wait_ready()
+        if ready is None:
+            return
+        try:
+            host = self.platform.service_host(self.launched)
+            self.info["address"] = f"{host}:{ready['port']}"
+            self.info["network"] = self.platform.network_mode(self.cell)
+            self.drive(host, ready)
+        except Exception as exc:  # recorded as the cell's error; the cell is ended below
+            self.error = f"{self.name_} driver: {type(exc).__name__}: {exc}"
+        finally:
+            if not self.end_cell(ready) or self.error:
+                kill_process_group(self.launched.proc)
+
+    def drive(self, host: str, ready: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def end_cell(self, ready: dict[str, Any]) -> bool:
+        """Ask the cell to end; True when it did within SHUTDOWN_WAIT_S."""
+        return False
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=SHUTDOWN_WAIT_S + 5)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    return sorted_values[max(0, math.ceil(q / 100 * len(sorted_values)) - 1)]
+
+
+class HttpLoad(HostDriver):
+    """POST JPEG files to the cell's ``/classify`` at a fixed concurrency; time each request."""
+
+    name_ = "http-load"
+
+    def drive(self, host: str, ready: dict[str, Any]) -> None:
+        from isobench.workloads.datasets import list_jpeg_folder
+        from isobench.workloads.serving import SERVER_PHASES, parse_server_timing
+
+        params = self.cell.params
+        files, _ = list_jpeg_folder(Path(str(self.cell.data_dir)))
+        bodies = [path.read_bytes() for path, _ in files]
+        port = int(ready["port"])
+        self._parse = parse_server_timing
+        self._server_phases = SERVER_PHASES
+        asyncio.run(self._load(host, port, bodies, params))
+
+    async def _load(self, host: str, port: int, bodies: list[bytes], params: dict[str, Any]) -> None:
+        concurrency, keepalive = int(params["concurrency"]), bool(params["keepalive"])
+        if params["warmup_requests"]:
+            await self._phase(host, port, bodies, concurrency, keepalive, int(params["warmup_requests"]), 0.0, False)
+        started = time.perf_counter()
+        duration = float(params["duration_s"])
+        errors = await self._phase(host, port, bodies, concurrency, keepalive,
+                                   None if duration > 0 else int(params["requests"]), duration, True)
+        wall = time.perf_counter() - started
+        if not self.items:
+            raise RuntimeError(f"no request succeeded ({len(errors)} failed; first: {errors[:1]})")
+        e2e = sorted(item["e2e"] for item in self.items)
+        self.metrics.update({
+            "client.throughput": (len(self.items) / wall, "1/s"),
+            "client.latency_mean": (sum(e2e) / len(e2e), "s"),
+            "client.latency_p50": (percentile(e2e, 50), "s"),
+            "client.latency_p90": (percentile(e2e, 90), "s"),
+            "client.latency_p99": (percentile(e2e, 99), "s"),
+            "client.requests": len(self.items), "client.errors": len(errors), "client.concurrency": concurrency,
+        })
+        self.info.update(concurrency=concurrency, keepalive=keepalive, wall_s=wall, requests=len(self.items),
+                         errors=len(errors), first_errors=errors[:3])
+
+    async def _phase(self, host: str, port: int, bodies: list[bytes], concurrency: int, keepalive: bool,
+                     count: int | None, duration: float, record: bool) -> list[str]:
+        next_index = iter(range(10**12))
+        deadline = time.perf_counter() + duration if count is None else math.inf
+        errors: list[str] = []
+
+        async def client() -> None:
+            conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+            while not self.stopping.is_set():
+                index = next(next_index)
+                if (count is not None and index >= count) or time.perf_counter() >= deadline:
+                    break
+                try:
+                    item, conn = await self._request(host, port, bodies[index % len(bodies)], conn, keepalive)
+                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    conn = None
+                    if len(errors) > 10 and not self.items:
+                        break
+                    continue
+                if record:
+                    item["i"] = len(self.items)
+                    self.items.append(item)
+            if conn is not None:
+                conn[1].close()
+
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        return errors
+
+    async def _request(self, host: str, port: int, body: bytes,
+                       conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None, keepalive: bool
+                       ) -> tuple[dict[str, Any], tuple[asyncio.StreamReader, asyncio.StreamWriter] | None]:
+        clock = time.perf_counter
+        t0 = clock()
+        if conn is None:
+            conn = await asyncio.open_connection(host, port)
+        t1 = clock()
+        reader, writer = conn
+        head = (f"POST /classify HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: image/jpeg\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: {'keep-alive' if keepalive else 'close'}\r\n\r\n")
+        writer.write(head.encode() + body)
+        await writer.drain()
+        status, headers = _parse_head(await reader.readuntil(b"\r\n\r\n"))
+        payload = await reader.readexactly(int(headers.get("content-length", "0")))
+        t2 = clock()
+        if status != 200:
+            raise ValueError(f"HTTP {status}: {payload[:200]!r}")
+        labels = json.loads(payload)["labels"]
+        if not labels:
+            raise ValueError("an empty answer")
+        if not keepalive:
+            writer.close()
+            conn = None
+        server = self._parse(headers.get("server-timing", ""))
+        total = server.get("total", 0.0)
+        phases = {name: server.get(name, 0.0) for name in self._server_phases}
+        e2e = t2 - t0
+        return {"e2e": e2e, "phases": {"connect": t1 - t0, **phases,
+                                       "server_other": total - sum(phases.values()),
+                                       "transport": e2e - (t1 - t0) - total}}, conn
+
+    def end_cell(self, ready: dict[str, Any]) -> bool:
+        import http.client
+
+        try:
+            host, _, port = self.info["address"].rpartition(":")
+            connection = http.client.HTTPConnection(host, int(port), timeout=10)
+            connection.request("POST", "/shutdown")
+            connection.getresponse().read()
+            connection.close()
+        except (OSError, KeyError, ValueError, http.client.HTTPException):
+            return False
+        deadline = time.monotonic() + SHUTDOWN_WAIT_S
+        while time.monotonic() < deadline:
+            if self.launched.proc.poll() is not None:
+                return True
+            time.sleep(0.02)
+        return False
+
+
+def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
+    lines = raw.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = {}
+    for line in lines[1:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            headers[key.strip().lower()] = value.strip()
+    return status, headers
+
+
+DRIVERS: dict[str, type[HostDriver]] = {HttpLoad.name_: HttpLoad}
+
+
+def start_host_driver(cell: Cell, platform: Platform, launched: Launched,
+                      records: list[dict[str, Any]]) -> HostDriver | None:
+    """Start the workload's host driver beside the cell, if it has one."""
+    from isobench.workloads import WORKLOADS
+
+    name = WORKLOADS.get(cell.workload).host_driver
+    if name is None:
+        return None
+    driver = DRIVERS[name](cell, platform, launched, records)
+    driver.start()
+    return driver
+
+
+def settle(outcome: Any, driver: HostDriver | None) -> None:
+    """Fold a workload's ``done.info`` and a driver's results into the cell's outcome."""
+    if outcome.done and outcome.done.get("info"):
+        outcome.platform_info["workload"] = outcome.done["info"]
+    if driver is None:
+        return
+    outcome.items.extend(driver.items)
+    if driver.info:
+        outcome.platform_info["driver"] = {"name": driver.name_, **driver.info}
+    if outcome.done is not None:
+        outcome.done.setdefault("metrics", {}).update(driver.metrics)
+    if driver.error and not outcome.error:
+        outcome.error = driver.error

@@ -1,0 +1,191 @@
+"""serve: the image classifier behind a real ASGI HTTP server (starlette + uvicorn) in the cell.
+
+The cell listens on an ephemeral port, reports ``ready`` with it, and answers
+``POST /classify`` (a JPEG body) with the top-k labels; each response carries the server's
+own phase times in a standard ``Server-Timing`` header (``preprocess``, ``inference``,
+``postprocess``, ``total``; milliseconds). The load comes from outside the platform: the
+runner's ``http-load`` driver (:mod:`isobench.runner.drivers`) sends the requests at a fixed
+concurrency and records each one, so the platform's network path (a Docker bridge, say)
+is part of what is measured. ``POST /shutdown`` ends the server and the cell. A server that
+hears nothing for ``idle_timeout_s`` exits with an error, so a runner that died cannot
+leave it serving.
+
+With ``load_from`` the model is the one a ``train-save`` cell stored on the host (the
+deployment half of train-then-deploy); its architecture and input size come from the
+artifact's manifest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from isobench.workloads import WORKLOADS
+from isobench.workloads.base import Workload
+from isobench.workloads.channel import CellContext
+from isobench.workloads.datasets import list_jpeg_folder, write_jpeg_folder
+from isobench.workloads.imaging import (
+    TORCH_IMPORT_S,
+    Classifier,
+    ImageParams,
+    build_model,
+    jpeg_data_key,
+    per_request_estimate_s,
+)
+from isobench.workloads.pipeline import ARTIFACT_NAME, LoadFromParams, load_classifier
+
+SERVER_PHASES = ("preprocess", "inference", "postprocess")
+
+
+class ServeParams(ImageParams):
+    concurrency: int = Field(4, ge=1, le=4096, description="requests in flight at once (client side)")
+    requests: int = Field(100, ge=1, le=10_000_000, description="timed requests (after the warm-up)")
+    duration_s: float = Field(0.0, ge=0, le=86_400,
+                              description="if > 0: send requests for this long instead of a count")
+    warmup_requests: int = Field(8, ge=0, le=1_000_000, description="requests sent first and not recorded")
+    keepalive: bool = Field(False, description="reuse each client connection (false: connect per request, "
+                                               "so `connect` measures the network path's handshake)")
+    load_from: str | None = Field(None, pattern=ARTIFACT_NAME,
+                                  description="serve the model a train-save workload stored (default: random weights)")
+    from_platform: str | None = Field(None, description="with load_from: the platform entry that trained it")
+    idle_timeout_s: float = Field(60.0, gt=0, le=86_400, description="server exits if no request comes for this long")
+
+
+def server_timing_header(phases: dict[str, float], total: float) -> str:
+    return ", ".join(f"{name};dur={seconds * 1000:.4f}" for name, seconds in [*phases.items(), ("total", total)])
+
+
+def parse_server_timing(value: str) -> dict[str, float]:
+    """``name;dur=ms, ...`` -> name -> seconds."""
+    result: dict[str, float] = {}
+    for part in value.split(","):
+        name, _, rest = part.strip().partition(";")
+        for attribute in rest.split(";"):
+            key, _, number = attribute.strip().partition("=")
+            if key == "dur" and name:
+                result[name] = float(number) / 1000
+    return result
+
+
+def make_app(classifier: Classifier, state: dict[str, Any]) -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def classify(request: Request) -> Response:
+        body = await request.body()
+        t0 = time.perf_counter()
+        # Inline, not in a thread pool: one request at a time reaches the model (a single
+        # model worker); requests beyond that wait in the server, which the client sees.
+        labels, phases = classifier.classify(body)
+        total = time.perf_counter() - t0
+        state["last_request"] = time.monotonic()
+        state["served"].append((total, phases))
+        return JSONResponse({"labels": labels}, headers={"Server-Timing": server_timing_header(phases, total)})
+
+    async def health(request: Request) -> Response:
+        state["last_request"] = time.monotonic()
+        return JSONResponse({"ok": True})
+
+    async def shutdown(request: Request) -> Response:
+        state["shutdown_requested"] = True
+        state["server"].should_exit = True
+        return JSONResponse({"shutting_down": True})
+
+    return Starlette(routes=[Route("/classify", classify, methods=["POST"]), Route("/health", health),
+                             Route("/shutdown", shutdown, methods=["POST"])])
+
+
+@WORKLOADS.register("serve")
+class Serve(Workload):
+    description = "the classifier behind an HTTP server in the cell; load from the host at fixed concurrency"
+    item = "request"
+    phases = ("connect", "preprocess", "inference", "postprocess", "server_other", "transport")
+    setup_phases = ("import", "data_load", "model_load", "listen")
+    Params = ServeParams
+    imports = ("torch", "torchvision", "PIL.Image", "uvicorn", "starlette.applications")
+    needs_data = True
+    needs_network = True
+    host_driver = "http-load"
+    uses_artifacts = True
+
+    @classmethod
+    def data_key(cls, params: ServeParams) -> str:  # type: ignore[override]
+        return jpeg_data_key(params)
+
+    @classmethod
+    def prepare_data(cls, params: ServeParams, target: Path) -> None:  # type: ignore[override]
+        write_jpeg_folder(target, params.n_images, params.source_size, params.n_classes, seed=0)
+
+    @classmethod
+    def artifact_flow(cls, params: ServeParams) -> tuple[str | None, str | None]:  # type: ignore[override]
+        return None, params.load_from
+
+    @classmethod
+    def estimate_s(cls, params: ServeParams) -> float:  # type: ignore[override]
+        work = params.duration_s or (params.requests + params.warmup_requests) * (per_request_estimate_s(params) + 0.003)
+        return TORCH_IMPORT_S + 3.0 + work
+
+    def run(self, params: ServeParams, ctx: CellContext) -> None:  # type: ignore[override]
+        import uvicorn
+
+        assert ctx.data_dir is not None, "serve needs its data set (for the class names)"
+        with ctx.setup("data_load"):
+            _, classes = list_jpeg_folder(ctx.data_dir)
+        manifest = None
+        with ctx.setup("model_load"):
+            if params.load_from:
+                source = LoadFromParams(load_from=params.load_from, from_platform=params.from_platform)
+                classifier, manifest = load_classifier(ctx, source, classes, params.top_k)
+            else:
+                classifier = Classifier(build_model(params.model, len(classes), ctx.seed), classes,
+                                        params.image_size, params.top_k)
+        with ctx.setup("listen"):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # Every interface of the cell's network namespace: a bridged container is reached on
+            # its bridge address. An ephemeral port: no clash with anything else on the host.
+            sock.bind(("0.0.0.0", 0))
+            sock.listen(1024)
+            port = sock.getsockname()[1]
+            state: dict[str, Any] = {"served": [], "last_request": time.monotonic(), "shutdown_requested": False}
+            config = uvicorn.Config(make_app(classifier, state), log_level="warning", access_log=False,
+                                    lifespan="off", loop="asyncio", http="h11", timeout_keep_alive=30)
+            server = uvicorn.Server(config)
+            state["server"] = server
+        ctx.start_run()
+        ctx.emit({"type": "ready", "port": port, "protocol": "http", "path": "/classify"})
+        asyncio.run(self._serve(server, sock, state, params.idle_timeout_s))
+        if not state["shutdown_requested"]:
+            raise RuntimeError(f"no request for {params.idle_timeout_s:g} s: the load driver never came "
+                               "(or stopped); the server gave up")
+        served = state["served"]
+        info: dict[str, Any] = {"server": {"requests_served": len(served), "port": port,
+                                           "concurrency_model": "one request at a time at the model"}}
+        metrics: dict[str, Any] = {"server.requests": len(served)}
+        if served:
+            metrics["server.total_mean"] = (statistics.fmean(total for total, _ in served), "s")
+        if manifest is not None:
+            info["artifact"] = manifest
+        ctx.note(info=info, metrics=metrics)
+
+    @staticmethod
+    async def _serve(server: Any, sock: socket.socket, state: dict[str, Any], idle_timeout_s: float) -> None:
+        async def watchdog() -> None:
+            while not server.should_exit:
+                await asyncio.sleep(0.5)
+                if time.monotonic() - state["last_request"] > idle_timeout_s:
+                    server.should_exit = True
+
+        guard = asyncio.create_task(watchdog())
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            guard.cancel()
