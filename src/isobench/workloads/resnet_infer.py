@@ -7,7 +7,6 @@ Per request: ``preprocess`` (read the file, decode, resize, normalize), ``infere
 from __future__ import annotations
 
 import time
-from io import BytesIO
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,10 +16,9 @@ from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload, WorkloadParams
 from isobench.workloads.channel import CellContext
 from isobench.workloads.datasets import list_jpeg_folder, write_jpeg_folder
+from isobench.workloads.imaging import MEAN, STD, decode_normalize, top_k_labels
 
 TORCH_IMPORT_S = 4.0
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 
 
 class ResnetInferParams(WorkloadParams):
@@ -41,16 +39,7 @@ class ResnetInferParams(WorkloadParams):
 
 
 def preprocess(path: Path, size: int, mean: Any, std: Any) -> Any:
-    import numpy as np
-    import torch
-    from PIL import Image
-
-    data = path.read_bytes()
-    with Image.open(BytesIO(data)) as image:
-        image = image.convert("RGB").resize((size, size), Image.BILINEAR)
-        array = np.asarray(image, dtype=np.float32) / 255.0
-    tensor = torch.from_numpy(array).permute(2, 0, 1)
-    return ((tensor - mean) / std).unsqueeze(0)
+    return decode_normalize(path.read_bytes(), size, mean, std)
 
 
 @WORKLOADS.register("resnet-infer")
@@ -100,10 +89,7 @@ class ResnetInfer(Workload):
                 t1 = clock()
                 logits = model(batch)
                 t2 = clock()
-                probabilities = torch.softmax(logits, dim=1)
-                top = torch.topk(probabilities, params.top_k, dim=1)
-                labels = [(classes[i], float(p)) for p, i in zip(top.values[0].tolist(), top.indices[0].tolist(),
-                                                                   strict=True)]
+                labels = top_k_labels(logits, classes, params.top_k)
                 t3 = clock()
                 answers.append(labels[0][0])
                 ctx.item({"preprocess": t1 - t0, "inference": t2 - t1, "postprocess": t3 - t2}, t3 - t0)
