@@ -33,6 +33,7 @@ def _read_study(study: str | None) -> tuple[str, str]:
 
 @app.command()
 def run(study: StudyArg = None,
+        study_opt: Annotated[Optional[str], typer.Option("--study", help="same as the STUDY argument")] = None,  # noqa: UP045
         out: Annotated[Optional[Path], typer.Option("--out", help="study directory to write")] = None,  # noqa: UP045
         resume: Annotated[bool, typer.Option("--resume", help="run only the cells not yet finished")] = False,
         ) -> None:
@@ -42,6 +43,7 @@ def run(study: StudyArg = None,
     from isobench.runner.study import run_study
     from isobench.store import Store
 
+    study = study or study_opt
     text, name = (None, None) if (resume and study is None) else _read_study(study)
     try:
         directory = run_study(text, name, out, resume, console)
@@ -118,6 +120,57 @@ def export(directory: Path,
     target = output or directory / f"export.{fmt.value}"
     do_export(store, fmt.value, target)
     console.print(f"wrote {target}")
+
+
+class ReportFormat(StrEnum):
+    html = "html"
+    md = "md"
+
+
+@app.command()
+def report(directory: Path,
+           fmt: Annotated[ReportFormat, typer.Option("--format", help="html (one self-contained file) or md")] =
+           ReportFormat.html,
+           output: Annotated[Optional[Path], typer.Option("--output", "-o", help="file to write")] = None,  # noqa: UP045
+           force: Annotated[bool, typer.Option("--force", help="also compare against emulated cells")] = False,
+           ) -> None:
+    """Write the study's report: headline, comparisons with CIs and noise floor, figures, hints, host."""
+    from isobench.analysis.summary import analyse
+    from isobench.store import Store
+
+    store = Store.open(directory)
+    analysis = analyse(store, force=force)
+    if fmt is ReportFormat.html:
+        from isobench.report.html import render_html
+
+        text = render_html(analysis)
+    else:
+        from isobench.report.markdown import render_markdown
+
+        text = render_markdown(analysis)
+    target = output or directory / f"report.{fmt.value}"
+    target.write_text(text)
+    console.print(f"wrote {target}")
+
+
+@app.command("compare")
+def compare_cmd(directory_a: Path, directory_b: Path,
+                force: Annotated[bool, typer.Option("--force", help="compare what the studies share even when "
+                                                                    "their workloads or parameters differ")] = False,
+                as_json: Annotated[bool, typer.Option("--json", help="one JSON record per comparison")] = False,
+                ) -> None:
+    """Compare two studies (e.g. two hosts or two versions): B's time relative to A's, group by group."""
+    from isobench.analysis.crossstudy import cross_compare
+    from isobench.report.terminal import print_cross
+    from isobench.store import Store
+
+    store_a, store_b = Store.open(directory_a), Store.open(directory_b)
+    result = cross_compare(store_a, store_b, "A", "B", force=force)
+    if as_json:
+        sys.stdout.write(json.dumps([c.as_dict() for c in result.comparisons], indent=1) + "\n")
+        return
+    console.print(f"A = {directory_a}, B = {directory_b}")
+    print_cross(result, console)
 
 
 @app.command()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from isobench.analysis.stats import METHOD, ratio_ci
+from isobench.analysis.stats import METHOD, bootstrap_ratio_ci, effect_words, holm, ratio_ci
 from isobench.plan.tenancy import tenant_spec
 from isobench.store import Store
 from isobench.study.loader import load_study_text
@@ -27,6 +27,10 @@ class Group:
     metrics: dict[str, list[float]]
     units: dict[str, str]
     failed: int = 0
+    #: metric -> [(repetition, value)] in run order, to name outlier repetitions
+    reps: dict[str, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
+    #: a cell of this group ran under emulation (e.g. a VM under TCG): its times measure the emulator
+    emulated: bool = False
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -54,6 +58,30 @@ class Comparison:
     unit: str
     method: str
     is_aa: bool
+    #: percentile bootstrap interval by repetition, beside Welch's
+    boot_low: float | None = None
+    boot_high: float | None = None
+    #: Holm-adjusted p-value across the study's comparisons of this metric (A/A excluded)
+    p_holm: float | None = None
+    #: how far from 1 the A/A interval of this workload and metric reaches (None: no A/A entry)
+    noise_floor: float | None = None
+    effect: str = ""
+    emulated: bool = False
+    #: the workload's parameters (a sweep gives one comparison per value)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def significant_holm(self) -> bool:
+        return self.significant and (self.p_holm is None or self.p_holm < 0.05)
+
+    @property
+    def half_width(self) -> float | None:
+        """The CI's relative half-width on the log scale (what adaptive repetition drives down)."""
+        if self.ci_low is None or self.ci_high is None or self.ci_low <= 0:
+            return None
+        import math
+
+        return (math.log(self.ci_high) - math.log(self.ci_low)) / 2
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,7 +99,10 @@ def load_groups(store: Store) -> list[Group]:
                                         row["platform_key"], row["display"], json.loads(row["knobs"]),
                                         defaultdict(list), {})
         group.metrics[row["metric"]].append(row["value"])
+        group.reps[row["metric"]].append((row["rep"], row["value"]))
         group.units[row["metric"]] = row["unit"]
+        if row["platform_info"] and json.loads(row["platform_info"]).get("emulated"):
+            group.emulated = True
     for row in store.conn.execute("SELECT workload_key, params, platform_key, knobs, COUNT(*) AS n "
                                   "FROM cells WHERE warmup = 0 AND status != 'ok' GROUP BY 1, 2, 3, 4"):
         key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"])
@@ -111,14 +142,47 @@ def compare(store: Store) -> list[Comparison]:
             if not reference or min(sample) <= 0 or min(reference) <= 0:
                 continue
             est = ratio_ci(sample, reference)
+            boot = bootstrap_ratio_ci(sample, reference)
             results.append(Comparison(
                 workload=group.workload, platform=group.display, label=group.platform_key,
                 knobs=group.knobs, metric=metric, baseline=base.display, ratio=est.ratio,
                 ci_low=est.ci_low, ci_high=est.ci_high, n=est.n, significant=est.significant,
                 n_baseline=est.n_baseline, p_value=est.p_value, mean=statistics.fmean(sample),
                 baseline_mean=statistics.fmean(reference), unit=group.units.get(metric, ""),
-                method=METHOD, is_aa=group.platform == baseline_name and group.platform_key not in tenant_keys))
+                method=METHOD, is_aa=group.platform == baseline_name and group.platform_key not in tenant_keys,
+                boot_low=boot[0] if boot else None, boot_high=boot[1] if boot else None,
+                effect=effect_words(est.ratio, metric), emulated=group.emulated or base.emulated,
+                params=group.params))
+    _adjust(results)
     return results
+
+
+def floor_of(aa: Comparison) -> float | None:
+    if aa.ci_low is None or aa.ci_high is None:
+        return None
+    return max(abs(aa.ci_high - 1), abs(1 - aa.ci_low))
+
+
+def _adjust(results: list[Comparison]) -> None:
+    """Holm across each metric's comparisons; the A/A noise floor beside each comparison."""
+    by_metric: dict[str, list[Comparison]] = defaultdict(list)
+    for c in results:
+        if not c.is_aa:
+            by_metric[c.metric].append(c)
+    for family in by_metric.values():
+        for c, p in zip(family, holm([c.p_value for c in family]), strict=True):
+            c.p_holm = p
+    floors: dict[tuple[str, str], list[Comparison]] = defaultdict(list)
+    for c in results:
+        if c.is_aa:
+            floors[(c.workload, json.dumps(c.params, sort_keys=True), c.metric)].append(c)
+    for c in results:
+        candidates = floors.get((c.workload, json.dumps(c.params, sort_keys=True), c.metric), [])
+        if not candidates:
+            continue
+        # The A/A entry with the same knobs if there is one, else the one sharing most knobs.
+        aa = max(candidates, key=lambda a: (a.knobs == c.knobs, sum(c.knobs.get(k) == v for k, v in a.knobs.items())))
+        c.noise_floor = floor_of(aa)
 
 
 def phase_attribution(comparisons: list[Comparison], e2e: Comparison) -> tuple[str, float] | None:
@@ -127,7 +191,7 @@ def phase_attribution(comparisons: list[Comparison], e2e: Comparison) -> tuple[s
     if delta == 0:
         return None
     phases = [c for c in comparisons if c.metric.startswith("phase.") and c.workload == e2e.workload
-              and c.label == e2e.label and c.knobs == e2e.knobs]
+              and c.label == e2e.label and c.knobs == e2e.knobs and c.params == e2e.params]
     if not phases:
         return None
     top = max(phases, key=lambda c: (c.mean - c.baseline_mean) * (1 if delta > 0 else -1))

@@ -39,29 +39,38 @@ def noise_floor(comparisons: list[Comparison], workload: str, metric: str) -> Co
 
 
 def sentence(c: Comparison, comparisons: list[Comparison]) -> str:
-    """E.g. "docker/runc: resnet-infer e2e 1.07× baremetal (95% CI 1.04–1.10), mostly in inference"."""
+    """E.g. "docker/runc: resnet-infer e2e 1.07× baremetal (95% CI 1.04–1.10, n=5): 7.0% slower (moderate),
+    mostly in inference (80% of the difference); A/A noise floor ±1.2%"."""
     knobs = f" [{fmt_knobs(c.knobs)}]" if c.knobs else ""
     ci = f"95% CI {fmt_ci(c)}" if c.ci_low is not None else "no CI: fewer than 2 repetitions"
     text = f"{c.platform}{knobs}: {c.workload} {c.metric} {c.ratio:.2f}× {c.baseline} ({ci}, n={c.n})"
-    if c.metric == "e2e" and c.significant:
-        top = phase_attribution(comparisons, c)
-        if top:
-            text += f", mostly in {top[0]} ({top[1]:.0%} of the difference)"
-    if not c.significant and c.ci_low is not None:
+    if c.significant and c.ci_low is not None:
+        text += f": {c.effect}" if c.effect else ""
+        if c.metric == "e2e":
+            top = phase_attribution(comparisons, c)
+            if top:
+                text += f", mostly in {top[0]} ({top[1]:.0%} of the difference)"
+        if c.p_holm is not None and c.p_holm >= 0.05:
+            text += f"; not significant after Holm's correction (adjusted p={c.p_holm:.2f})"
+    elif c.ci_low is not None:
         text += ": no difference resolved"
-    floor = noise_floor(comparisons, c.workload, c.metric)
-    if floor and not c.is_aa and floor.ci_low is not None:
-        width = floor_width(floor)
+    floor = noise_floor(comparisons, c.workload, c.metric) if c.noise_floor is None else None
+    width = c.noise_floor if c.noise_floor is not None else (floor_width(floor) if floor and floor.ci_low is not None
+                                                             else None)
+    if width is not None and not c.is_aa:
         if width > abs(c.ratio - 1):
             text += f" (below the A/A noise floor of ±{width:.1%}: add repetitions)"
+        else:
+            text += f"; A/A noise floor ±{width:.1%}"
     return text
 
 
 def headline(comparisons: list[Comparison]) -> list[str]:
-    lines = [sentence(c, comparisons) for c in comparisons if c.metric == "e2e"]
+    lines = [sentence(c, comparisons) for c in comparisons if c.metric == "e2e" and not c.is_aa and not c.emulated]
     for c in comparisons:
-        if c.metric == "cell.startup" and c.significant and not c.is_aa:
-            lines.append(f"{c.platform} ({c.workload}): starting a cell takes {c.mean:.2f} s vs {c.baseline_mean:.2f} s on "
+        if c.metric == "cell.startup" and c.significant and not c.is_aa and not c.emulated:
+            knobs = f" [{fmt_knobs(c.knobs)}]" if c.knobs else ""
+            lines.append(f"{c.platform}{knobs} ({c.workload}): starting a cell takes {c.mean:.2f} s vs {c.baseline_mean:.2f} s on "
                          f"{c.baseline} ({c.ratio:.1f}×, 95% CI {fmt_ci(c)}); not part of e2e")
     return lines
 
@@ -131,7 +140,28 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
         console.print(f"[red]{len(failed)} cell(s) did not finish:[/]")
         for line in failed[:20]:
             console.print(f"  {line}", markup=False, highlight=False)
-    host = store.host()
-    if host.get("governor") not in (None, "performance"):
-        console.print(f"[yellow]warning:[/] CPU governor is {host['governor']!r}, not 'performance': "
-                      "frequency scaling adds noise; set it with `cpupower frequency-set -g performance`")
+    from isobench.analysis.summary import analyse
+
+    analysis = analyse(store, with_views=False)
+    for warning in analysis.warnings:
+        if warning.kind != "cells":  # failures are listed above
+            console.print(f"[yellow]warning:[/] {warning.text}", highlight=False)
+    for hint in analysis.hints:
+        console.print(f"[cyan]why:[/] {hint.text}", highlight=False)
+
+
+def print_cross(result: object, console: Console) -> None:
+    """Two studies compared: a table of B/A ratios and one sentence per comparison."""
+    comparisons: list[Comparison] = result.comparisons  # type: ignore[attr-defined]
+    table = Table(title="B relative to A (ratio of geometric means, Welch 95% CI on logs, Holm across comparisons)")
+    for column in ("workload", "platform", "knobs", "n A/B", "A", "B", "B/A", "95% CI", "p (Holm)", "effect"):
+        table.add_column(column)
+    for c in comparisons:
+        table.add_row(c.workload, c.platform, fmt_knobs(c.knobs), f"{c.n_baseline}/{c.n}", fmt_seconds(c.baseline_mean),
+                      fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c),
+                      "" if c.p_holm is None else f"{c.p_holm:.3g}", c.effect if c.significant_holm else "not resolved")
+    console.print(table)
+    for c in comparisons:
+        console.print(sentence(c, comparisons), markup=False, highlight=False)
+    for note in result.notes:  # type: ignore[attr-defined]
+        console.print(f"[yellow]note:[/] {note}")

@@ -21,6 +21,7 @@ from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.base import prune_stale_runner_locks, runner_tag
 from isobench.platforms.cgroups import prune_empty
 from isobench.platforms.hostmirror import data_root
+from isobench.runner.adaptive import cells_to_run
 from isobench.runner.artifacts import artifacts_dir_for
 from isobench.runner.hostknobs import applied_host_knobs
 from isobench.runner.tenancy import run_group, tenant_batches
@@ -138,7 +139,9 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
     try:
         with sigterm_as_interrupt(), progress:
             task = progress.add_task("running", total=len(plan), completed=len(done))
-            for batch in tenant_batches(todo):
+            # `repetitions: auto` appends rounds while comparisons are too wide (runner/adaptive.py)
+            grow = lambda n: progress.update(task, total=(progress.tasks[0].total or 0) + n)  # noqa: E731
+            for batch in tenant_batches(cells_to_run(study, todo, store, grow, progress.console.print)):
                 batch = [dataclasses.replace(cell, data_dir=data_paths.get(cell.data_key or ""),
                                              artifacts_dir=artifacts_dir_for(cell, out)) for cell in batch]
                 cell = batch[0]

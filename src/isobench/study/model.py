@@ -107,6 +107,24 @@ class PlatformEntry(BaseModel):
         return self.label or self.name
 
 
+class Adaptive(BaseModel):
+    """`repetitions: auto`: add interleaved rounds until every comparison is this precise, or a budget ends."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: float = Field(0.01, gt=0, lt=1, description="95% CI half-width to reach, relative (0.01: ±1%)")
+    metric: str = Field("e2e", description="the metric whose comparisons must reach the target")
+    min_repetitions: int = Field(3, ge=2, le=10_000, description="rounds run before the first check")
+    max_repetitions: int = Field(30, ge=2, le=10_000, description="budget: rounds at most")
+    max_time_s: float | None = Field(None, gt=0, description="budget: measured cells' time at most")
+
+    @model_validator(mode="after")
+    def _order(self) -> Adaptive:
+        if self.max_repetitions < self.min_repetitions:
+            raise ValueError("max_repetitions is below min_repetitions; fix: raise max_repetitions")
+        return self
+
+
 class Study(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -116,7 +134,9 @@ class Study(BaseModel):
     platforms: list[PlatformEntry] = Field(min_length=1)
     baseline: str | None = None
     knobs: KnobValues = Field(default_factory=dict)
-    repetitions: int = Field(5, ge=1, le=10_000)
+    repetitions: int | Literal["auto"] = Field(5, ge=1, le=10_000)
+    #: settings for `repetitions: auto` (see isobench.runner.adaptive)
+    adaptive: Adaptive | None = None
     warmup: int = Field(1, ge=0, le=100)
     seed: int = 0
     timeout_s: float = Field(600.0, gt=0, le=7 * 24 * 3600, description="per-cell timeout")
@@ -156,7 +176,18 @@ class Study(BaseModel):
                 seen[entry.key] = index
         if self.baseline is None:
             self.baseline = self.platforms[0].key
+        if self.repetitions == "auto" and self.adaptive is None:
+            self.adaptive = Adaptive()
+        elif self.repetitions != "auto" and self.adaptive is not None:
+            raise ValueError("adaptive: is set but repetitions is a number; fix: write `repetitions: auto`")
         return self
+
+    @property
+    def initial_repetitions(self) -> int:
+        """Measured rounds planned up front (adaptive studies add more as they go)."""
+        if self.repetitions == "auto":
+            return self.adaptive.min_repetitions if self.adaptive else 3
+        return self.repetitions
 
     def baseline_entry(self) -> PlatformEntry:
         return next(p for p in self.platforms if p.key == self.baseline)

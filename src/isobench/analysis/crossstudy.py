@@ -1,0 +1,80 @@
+"""Compare two studies (two hosts, two versions): each group of B against the same group of A.
+
+Refuses incomparable results with the reason (different workloads, parameters, or emulated
+against native cells) unless forced; then compares what the two have in common.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+
+from isobench.analysis.compare import Comparison, Group, _adjust, load_groups
+from isobench.analysis.stats import METHOD, bootstrap_ratio_ci, effect_words, ratio_ci
+from isobench.errors import UserError
+from isobench.store import Store
+
+
+@dataclass
+class CrossResult:
+    comparisons: list[Comparison]
+    notes: list[str]
+
+
+def _variants(groups: list[Group]) -> set[tuple[str, str]]:
+    return {(g.workload, json.dumps(g.params, sort_keys=True)) for g in groups}
+
+
+def _describe(variant: tuple[str, str]) -> str:
+    params = json.loads(variant[1])
+    return f"{variant[0]} {json.dumps(params, sort_keys=True)}"
+
+
+def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, force: bool = False,
+                  metrics: tuple[str, ...] = ("e2e",)) -> CrossResult:
+    groups_a, groups_b = load_groups(store_a), load_groups(store_b)
+    notes: list[str] = []
+    only_a, only_b = _variants(groups_a) - _variants(groups_b), _variants(groups_b) - _variants(groups_a)
+    if only_a or only_b:
+        parts = []
+        if only_a:
+            parts.append(f"only in {name_a}: " + "; ".join(sorted(_describe(v) for v in only_a)))
+        if only_b:
+            parts.append(f"only in {name_b}: " + "; ".join(sorted(_describe(v) for v in only_b)))
+        reason = "the studies ran different workloads or parameters (" + " | ".join(parts) + ")"
+        if not force:
+            raise UserError(reason, fix="compare studies of the same workloads and parameters, or pass --force "
+                                        "to compare only what they share")
+        notes.append(f"forced: {reason}; only the shared workloads are compared")
+    index_a = {g.key: g for g in groups_a}
+    results: list[Comparison] = []
+    for g in groups_b:
+        ref = index_a.get(g.key)
+        if ref is None:
+            continue
+        if (g.emulated != ref.emulated) and not force:
+            raise UserError(f"{g.display} ran under emulation in one study and natively in the other",
+                            fix="compare like with like, or pass --force")
+        for metric in metrics:
+            sample, reference = g.metrics.get(metric), ref.metrics.get(metric)
+            if not sample or not reference or min(sample) <= 0 or min(reference) <= 0:
+                continue
+            est = ratio_ci(sample, reference)
+            boot = bootstrap_ratio_ci(sample, reference)
+            results.append(Comparison(
+                workload=g.workload, platform=f"{g.display} ({name_b})", label=g.platform_key, knobs=g.knobs,
+                metric=metric, baseline=f"{ref.display} ({name_a})", ratio=est.ratio, ci_low=est.ci_low,
+                ci_high=est.ci_high, n=est.n, significant=est.significant, n_baseline=est.n_baseline,
+                p_value=est.p_value, mean=statistics.fmean(sample), baseline_mean=statistics.fmean(reference),
+                unit=g.units.get(metric, ""), method=METHOD, is_aa=False,
+                boot_low=boot[0] if boot else None, boot_high=boot[1] if boot else None,
+                effect=effect_words(est.ratio, metric), emulated=g.emulated or ref.emulated, params=g.params))
+    if not results:
+        raise UserError("the two studies share no group (workload, parameters, platform entry and knobs)",
+                        fix="compare studies run from the same study file")
+    _adjust(results)
+    missing = len(groups_b) - sum(1 for g in groups_b if g.key in index_a)
+    if missing:
+        notes.append(f"{missing} group(s) of {name_b} have no counterpart in {name_a} (other platforms or knobs)")
+    return CrossResult(results, notes)

@@ -1,0 +1,189 @@
+"""Root-cause hints: rules that read the evidence and say why, in one sentence with numbers.
+
+Every rule fires only on evidence in the store (a probe metric, a phase, a series) and names
+the figure or table that shows it. No evidence, no hint.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from isobench.analysis import evidence as ev
+from isobench.analysis.compare import Comparison, phase_attribution
+from isobench.analysis.views import WRITEBACK_ROLES, Context, shared_library_share
+
+
+@dataclass
+class Hint:
+    rule: str
+    text: str
+    #: id of the figure or table in the report that shows the evidence
+    figure: str
+
+
+def _e2e(ctx: Context) -> list[Comparison]:
+    return [c for c in ctx.comparisons if c.metric == "e2e" and not c.is_aa and not c.emulated]
+
+
+def throttling(ctx: Context) -> list[Hint]:
+    hints = []
+    for g in ctx.groups:
+        throttled = ev.find_metric(g.metrics, r"^probe\.cgroup\..*(nr_)?throttled(_periods)?$")
+        periods = ev.find_metric(g.metrics, r"^probe\.cgroup\..*(nr_)?periods$")
+        if not throttled or not periods or throttled == periods:
+            continue
+        t, p = ev.mean_of(g, throttled) or 0.0, ev.mean_of(g, periods) or 0.0
+        if p <= 0 or t / p < 0.05:
+            continue
+        threads = g.knobs.get("threads")
+        hints.append(Hint("cfs-throttling",
+                          f"{g.workload} on {ev.group_label(g)}: {t / p:.0%} of CFS periods were throttled "
+                          f"({t:,.0f} of {p:,.0f} per cell): the CPU quota (cpus={g.knobs.get('cpus', '?')}) is too "
+                          f"tight for {threads or 'its'} threads; raise `cpus` or lower `threads`.",
+                          "tab-probe-metrics"))
+    return hints
+
+
+PLAIN = {"ctx_involuntary": "involuntary context switches", "ctx_voluntary": "voluntary context switches",
+         "cpu-migrations": "CPU migrations", "cpu_migrations": "CPU migrations", "migrations": "CPU migrations",
+         "context-switches": "context switches", "context_switches": "context switches", "cs": "context switches"}
+
+
+def pinning(ctx: Context) -> list[Hint]:
+    hints = []
+    for c in ctx.comparisons:
+        if c.is_aa or ev.is_pinned(c.knobs) or not c.metric.startswith("probe.") or not c.significant:
+            continue
+        if not re.search(r"migration|ctx|context.?switch|(^|\.)cs$", c.metric):
+            continue
+        if c.ratio < 1.5:
+            continue
+        pinned = [p for p in ctx.comparisons if p.metric == c.metric and p.platform == c.platform and
+                  p.workload == c.workload and ev.is_pinned(p.knobs)]
+        if not pinned or min(p.ratio for p in pinned) > 1.2:
+            continue
+        best = min(pinned, key=lambda p: p.ratio)
+        name = PLAIN.get(c.metric.split(".")[-1], c.metric.split(".")[-1].replace("_", " ").replace("-", " "))
+        hints.append(Hint("pin", f"{c.workload} on {c.platform}: {c.ratio:.1f}× the {name} of {c.baseline} without "
+                                 f"pinning ({c.mean:,.0f} vs {c.baseline_mean:,.0f} per cell) but {best.ratio:.2f}× "
+                                 f"when pinned ({_knobs(best.knobs)}): pin the cell with `cpuset`.",
+                          "tab-probe-metrics"))
+    return hints
+
+
+def optimizer(ctx: Context) -> list[Hint]:
+    hints = []
+    for c in _e2e(ctx):
+        if not c.significant or c.ratio <= 1:
+            continue
+        top = phase_attribution(ctx.comparisons, c)
+        if top is None or top[0] not in ("optimizer", "optimizer_step") or top[1] < 0.5:
+            continue
+        phase = next(p for p in ctx.comparisons if p.metric == f"phase.{top[0]}" and p.label == c.label
+                     and p.workload == c.workload and p.knobs == c.knobs)
+        hints.append(Hint("optimizer", f"{c.workload} on {c.platform}: the optimizer step holds {top[1]:.0%} of the "
+                                       f"extra time ({phase.baseline_mean * 1e3:.2f} → {phase.mean * 1e3:.2f} ms per "
+                                       f"minibatch, {phase.ratio:.2f}×): the parameter update is where the platform "
+                                       "bites (many small CPU-side ops); look at its threads and memory allocator.",
+                          f"fig-compute-{c.workload}"))
+    return hints
+
+
+def fetch_stall(ctx: Context) -> list[Hint]:
+    hints = []
+    for c in _e2e(ctx):
+        if not c.significant or c.ratio <= 1:
+            continue
+        stall = next((p for p in ctx.comparisons if p.metric in ("phase.fetch_stall", "phase.preprocess")
+                      and p.label == c.label and p.workload == c.workload and p.knobs == c.knobs
+                      and p.significant and p.ratio > 1.1), None)
+        if stall is None:
+            continue
+        delta = c.mean - c.baseline_mean
+        share = (stall.mean - stall.baseline_mean) / delta if delta > 0 else 0
+        if share < 0.3:
+            continue
+        figure = f"fig-minibatch-{c.workload}" if stall.metric == "phase.fetch_stall" else f"fig-phases-{c.workload}"
+        hints.append(Hint("data-path", f"{c.workload} on {c.platform}: {stall.metric.removeprefix('phase.')} grows "
+                                       f"{stall.ratio:.2f}× ({stall.baseline_mean * 1e3:.2f} → {stall.mean * 1e3:.2f} ms) "
+                                       f"and holds {share:.0%} of the extra time: the data path (storage, overlay or "
+                                       "bind mount) is slower on this platform; try a volume or copying the data in.",
+                          figure))
+    return hints
+
+
+def sync_writebacks(ctx: Context) -> list[Hint]:
+    found = ev.series_with(ctx.store, WRITEBACK_ROLES)
+    if found is None:
+        return []
+    _, _, tables, roles = found
+    edge: dict[tuple[str, str], list[int]] = {}
+    for cell_id, table in tables.items():
+        info = ctx.cells.get(cell_id)
+        if info is None or table.num_rows == 0:
+            continue
+        times = table.column(roles["time"]).to_pylist()
+        reasons = [str(r) for r in table.column(roles["reason"]).to_pylist()]
+        t0, t1 = min(times), max(times)
+        span = (t1 - t0) or 1.0
+        syncs = [t for t, r in zip(times, reasons, strict=True) if r == "sync"]
+        at_edges = sum(1 for t in syncs if (t - t0) / span < 0.1 or (t1 - t) / span < 0.1)
+        counts = edge.setdefault((info.workload, info.platform_key), [0, 0, 0])
+        counts[0] += len(syncs)
+        counts[1] += at_edges
+        counts[2] += 1
+    hints = []
+    for (workload, key), (syncs, at_edges, cells) in sorted(edge.items()):
+        if key == ctx.baseline_key or syncs == 0 or at_edges / syncs < 0.5:
+            continue
+        base = edge.get((workload, ctx.baseline_key), [0, 0, 1])
+        base_rate = base[0] / max(1, base[2])
+        rate = syncs / cells
+        if rate <= 1.5 * base_rate:
+            continue
+        display = next(g.display for g in ctx.groups if g.platform_key == key)
+        hints.append(Hint("sync-writeback", f"{workload} on {display}: {rate:.0f} sync write-backs per cell vs "
+                                            f"{base_rate:.0f} on the baseline, {at_edges / syncs:.0%} of them in the "
+                                            "first or last tenth of the cell: the platform flushes at container "
+                                            "start/stop (layer commits, syncfs); keep scratch data on a volume or "
+                                            "tmpfs.", "tab-writeback-reasons"))
+    return hints
+
+
+def shared_library_faults(ctx: Context) -> list[Hint]:
+    hints = []
+    for c in ctx.comparisons:
+        if c.is_aa or not c.significant or c.ratio < 1.1:
+            continue
+        if not (c.metric.startswith("probe.") and re.search(r"fault|pgfault", c.metric)
+                and not re.search(r"major|majflt", c.metric)):
+            continue
+        share = shared_library_share(ctx, c.workload, c.platform)
+        if share is None or share[0] < 0.2:
+            continue
+        table_id = f"tab-fault-sources-{c.workload}-{c.platform}".replace("/", "-")
+        knobs = f" [{_knobs(c.knobs)}]" if _knobs(c.knobs) else ""
+        hints.append(Hint("shared-library-faults",
+                          f"{c.workload} on {c.platform}{knobs}: {c.ratio:.2f}× the page faults of {c.baseline} "
+                          f"({c.mean:,.0f} vs {c.baseline_mean:,.0f}), {share[0]:.0%} of them in shared libraries: "
+                          "mapping libraries through the container's filesystem costs faults; a warm page cache or "
+                          "preloading (e.g. importing once before the timed work) reduces them.", table_id))
+    return hints
+
+
+RULES = (throttling, pinning, optimizer, fetch_stall, sync_writebacks, shared_library_faults)
+
+
+def hints(ctx: Context) -> list[Hint]:
+    found: list[Hint] = []
+    for rule in RULES:
+        for hint in rule(ctx):
+            if all(hint.text != seen.text for seen in found):
+                found.append(hint)
+    return found
+
+
+def _knobs(knobs: dict) -> str:  # type: ignore[type-arg]
+    return ", ".join(f"{k}={v}" for k, v in sorted(knobs.items()) if k != "threads")
+

@@ -1,0 +1,90 @@
+"""Everything the report says about one study, computed once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from isobench.analysis import evidence as ev
+from isobench.analysis.advisor import repetitions_for_halfwidth, repetitions_for_power
+from isobench.analysis.compare import Comparison, Group, compare, load_groups
+from isobench.analysis.hints import Hint, hints
+from isobench.analysis.stats import log_sd
+from isobench.analysis.views import Context, View, build_views
+from isobench.analysis.warnings import Warning_, study_warnings
+from isobench.store import Store
+from isobench.study.loader import load_study_text
+from isobench.study.model import Study
+
+
+@dataclass
+class Advice:
+    workload: str
+    platform: str
+    knobs: dict[str, Any]
+    noise: float  # relative sd between repetitions, the larger of the two groups
+    n_now: int
+    n_halfwidth: int  # per group, for a 95% CI of ±target
+    n_power: int  # per group, to detect +target with 80% power
+    target: float
+
+
+@dataclass
+class Analysis:
+    study: Study
+    study_text: str
+    host: dict[str, Any]
+    groups: list[Group]
+    comparisons: list[Comparison]
+    views: list[View]
+    warnings: list[Warning_]
+    hints: list[Hint]
+    advice: list[Advice]
+    failures: list[str]
+    adaptive: dict[str, Any] | None = None
+    forced: bool = False
+    shown: list[Comparison] = field(default_factory=list)
+
+
+def advise(groups: list[Group], comparisons: list[Comparison], baseline_key: str, target: float) -> list[Advice]:
+    advice = []
+    for c in comparisons:
+        if c.metric != "e2e":
+            continue
+        other = next((g for g in groups if g.workload == c.workload and g.platform_key == c.label
+                      and g.knobs == c.knobs), None)
+        bases = [g for g in groups if g.workload == c.workload and g.platform_key == baseline_key]
+        base = next((g for g in bases if g.knobs == c.knobs), bases[0] if bases else None)
+        if other is None or base is None:
+            continue
+        sd_a, sd_b = log_sd(other.metrics.get("e2e", [])), log_sd(base.metrics.get("e2e", []))
+        if sd_a is None or sd_b is None:
+            continue
+        advice.append(Advice(c.workload, c.platform, c.knobs, max(sd_a, sd_b), c.n,
+                             repetitions_for_halfwidth(sd_a, sd_b, target),
+                             repetitions_for_power(sd_a, sd_b, target), target))
+    return advice
+
+
+def analyse(store: Store, force: bool = False, target: float = 0.01, with_views: bool = True) -> Analysis:
+    text = store.meta("study_yaml") or ""
+    study = load_study_text(text, store.meta("study_file") or "store", check_host=False)
+    groups = load_groups(store)
+    comparisons = compare(store)
+    baseline_key = study.baseline or study.platforms[0].key
+    adaptive_meta = store.meta("adaptive")
+    if study.adaptive is not None:
+        target = study.adaptive.target
+    ctx = Context(store, groups, comparisons, baseline_key, [p.key for p in study.platforms], ev.cell_index(store))
+    shown = [c for c in comparisons if force or not c.emulated]
+    if not force:
+        ctx.comparisons = shown
+    failures = [f"{row['status']}: {row['cell_id']} on {row['display']}: {row['error']}"
+                for row in store.cells(include_warmup=True) if row["status"] != "ok"]
+    import json
+
+    return Analysis(study=study, study_text=text, host=store.host(), groups=groups, comparisons=comparisons,
+                    views=build_views(ctx) if with_views else [],
+                    warnings=study_warnings(store.host(), groups, comparisons, len(failures), baseline_key, target),
+                    hints=hints(ctx), advice=advise(groups, shown, baseline_key, target), failures=failures,
+                    adaptive=json.loads(adaptive_meta) if adaptive_meta else None, forced=force, shown=shown)

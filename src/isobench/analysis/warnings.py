@@ -1,0 +1,134 @@
+"""pyperf-style warnings: what makes a result untrustworthy, and what to do about it."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from isobench.analysis import evidence as ev
+from isobench.analysis.advisor import repetitions_for_halfwidth
+from isobench.analysis.compare import Comparison, Group
+from isobench.analysis.stats import log_sd
+
+#: robust z (0.6745·|x − median| / MAD) above which a repetition is an outlier (Iglewicz–Hoaglin)
+OUTLIER_Z = 3.5
+#: relative standard deviation between repetitions above which results are called unstable (pyperf: 10%)
+UNSTABLE_SD = 0.10
+
+
+@dataclass
+class Warning_:
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def outlier_reps(pairs: list[tuple[int, float]]) -> list[tuple[int, float, float]]:
+    """(rep, value, robust z) of repetitions whose log value is far from the others'."""
+    if len(pairs) < 4 or min(v for _, v in pairs) <= 0:
+        return []
+    logs = [math.log(v) for _, v in pairs]
+    median = statistics.median(logs)
+    mad = statistics.median(abs(x - median) for x in logs)
+    if mad == 0:
+        mad = statistics.fmean(abs(x - median) for x in logs) * 1.2533 or 0.0
+        if mad == 0:
+            return []
+    found = []
+    for (rep, value), x in zip(pairs, logs, strict=True):
+        z = 0.6745 * abs(x - median) / mad
+        if z > OUTLIER_Z:
+            found.append((rep, value, z))
+    return found
+
+
+def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[Comparison],
+                   failed_cells: int, baseline_key: str, target: float = 0.01) -> list[Warning_]:
+    found: list[Warning_] = []
+    # -- the host --
+    governor = host.get("governor")
+    if governor not in (None, "performance"):
+        found.append(Warning_("host", f"CPU governor is {governor!r}, not 'performance': frequency scaling adds "
+                                      "noise. Run `cpupower frequency-set -g performance` before the study."))
+    if host.get("turbo"):
+        found.append(Warning_("host", "turbo boost is on: clock speed depends on temperature and on how many cores "
+                                      "are busy. Turn it off (intel_pstate/no_turbo=1 or cpufreq/boost=0) for "
+                                      "stable numbers."))
+    load = host.get("loadavg_at_start")
+    cores = host.get("cores") or 1
+    if load and load[0] > 0.25 * cores:
+        found.append(Warning_("host", f"the 1-minute load average was {load[0]:.2f} on {cores} cores when the study "
+                                      "started: other processes competed for the CPU. Stop them, or run on an "
+                                      "idle host; interleaved rounds spread the harm but widen the intervals."))
+    names = {m for g in groups for m in g.metrics}
+    host_busy = ev.find_metric(names, r"^probe\.\w+\.host_cpu(_percent|_util)?$", r"^probe\.\w+\.host.*cpu.*(pct|percent|util)")
+    own = ev.find_metric(names, r"^probe\.proc\.cpu_percent$", r"^probe\.proc\.cpu.*(mean|avg)")
+    if host_busy:
+        values = [v for g in groups for v in g.metrics.get(host_busy, [])]
+        own_values = [v for g in groups for v in g.metrics.get(own, [])] if own else []
+        busy = statistics.fmean(values) if values else 0.0
+        mine = statistics.fmean(own_values) / cores if own_values else 0.0
+        if busy - mine > 25:
+            found.append(Warning_("host", f"the host was {busy:.0f}% busy on average during cells ({host_busy}), "
+                                          f"well above what the cells themselves used: other load ran during the "
+                                          "study. Re-run on a quiet host."))
+    # -- the design --
+    if comparisons and not any(c.is_aa for c in comparisons):
+        found.append(Warning_("design", "no A/A entry, so the study's noise floor is unknown: add a second "
+                                        "baseline entry with a label (e.g. `- {name: baremetal, label: aa}`)."))
+    if failed_cells:
+        found.append(Warning_("cells", f"{failed_cells} cell(s) did not finish: their groups have fewer "
+                                       "repetitions; `isobench summary DIR` lists why."))
+    # -- the results --
+    for g in groups:
+        pairs = g.reps.get("e2e", [])
+        for rep, value, z in outlier_reps(pairs):
+            median = statistics.median(v for _, v in pairs)
+            found.append(Warning_("outlier", f"{g.workload} on {ev.group_label(g)}: repetition {rep} is an outlier "
+                                             f"(e2e {value * 1e3:.2f} ms vs median {median * 1e3:.2f} ms, robust "
+                                             f"z={z:.1f}): something else ran then. Check the host, re-run, or add "
+                                             "repetitions."))
+        spread = log_sd(g.metrics.get("e2e", []))
+        if spread is not None and spread > UNSTABLE_SD:
+            found.append(Warning_("unstable", f"{g.workload} on {ev.group_label(g)}: the standard deviation is "
+                                              f"{spread:.0%} of the mean between repetitions: the result is "
+                                              "unstable. Tune the host, lengthen each cell, or add repetitions."))
+    for c in comparisons:
+        if c.metric != "e2e" or c.is_aa or c.noise_floor is None or c.emulated:
+            continue
+        effect = abs(c.ratio - 1)
+        if c.noise_floor > effect:
+            base = _group(groups, c.workload, baseline_key, c.knobs, baseline=True)
+            other = _group(groups, c.workload, c.label, c.knobs)
+            advice = ""
+            if base and other:
+                sd_a, sd_b = log_sd(other.metrics["e2e"]), log_sd(base.metrics["e2e"])
+                if sd_a is not None and sd_b is not None:
+                    goal = max(effect, target)
+                    n = repetitions_for_halfwidth(sd_a, sd_b, goal)
+                    advice = f" About {n} repetitions per group would resolve ±{goal:.1%} at this noise."
+            found.append(Warning_("floor", f"{c.workload} on {c.platform}: the effect ({c.ratio - 1:+.1%}) is "
+                                           f"smaller than the A/A noise floor (±{c.noise_floor:.1%}): it is not "
+                                           f"resolved.{advice}"))
+        if c.significant and c.p_holm is not None and c.p_holm >= 0.05:
+            found.append(Warning_("holm", f"{c.workload} on {c.platform}: the interval excludes 1 but not after "
+                                          f"Holm's correction for the study's comparisons (adjusted p={c.p_holm:.3f}); "
+                                          "treat it as a lead, not a finding, or add repetitions."))
+    for display in sorted({c.platform for c in comparisons if c.emulated}):
+        found.append(Warning_("emulated", f"{display} ran under emulation (no hardware virtualisation): its times "
+                                          "measure the emulator, not the platform; its comparisons are left out. "
+                                          "Pass --force to show them."))
+    return found
+
+
+def _group(groups: list[Group], workload: str, label: str, knobs: dict[str, Any],
+           baseline: bool = False) -> Group | None:
+    if baseline:  # the baseline may sweep fewer knobs than the platform compared with it
+        candidates = [g for g in groups if g.workload == workload and g.platform_key == label]
+        exact = [g for g in candidates if g.knobs == knobs]
+        return (exact or candidates or [None])[0]
+    return next((g for g in groups if g.workload == workload and g.platform_key == label and g.knobs == knobs), None)

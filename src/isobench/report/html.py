@@ -1,0 +1,193 @@
+"""One self-contained HTML report: inline CSS and inline SVG, nothing fetched from a network."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import time
+from typing import Any
+
+from isobench.analysis.summary import Analysis
+from isobench.analysis.views import Figure, Skipped, Table
+from isobench.report import figures
+from isobench.report.replication import replication
+from isobench.report.terminal import fmt_knobs, fmt_seconds, headline
+
+CSS = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1d1d1f;
+       margin: 0; background: #f6f6f4; }
+main { max-width: 1160px; margin: 0 auto; padding: 24px 32px 64px; background: #fff; }
+h1 { font-size: 26px; margin: 0 0 4px; } h2 { font-size: 20px; margin: 32px 0 8px; border-bottom: 1px solid #ddd;
+       padding-bottom: 4px; } h3 { font-size: 16px; margin: 22px 0 4px; }
+.sub { color: #555; margin: 0 0 16px; }
+ul.headline { padding-left: 20px; } ul.headline li { margin: 4px 0; font-size: 16px; }
+.box { border-radius: 6px; padding: 8px 14px; margin: 10px 0; }
+.warn { background: #fff6e0; border: 1px solid #f0c36d; } .hint { background: #eaf4ff; border: 1px solid #9cc3ec; }
+.paper { background: #f0f7ee; border: 1px solid #a9d19e; } .skip { color: #666; font-size: 14px; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 13.5px; }
+th, td { border-bottom: 1px solid #e3e3e3; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #fafafa; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.slower { color: #b42318; font-weight: 600; } .faster { color: #106b36; font-weight: 600; } .same { color: #555; }
+.nowrap { white-space: nowrap; }
+.swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 5px; }
+figure { margin: 12px 0 24px; } figcaption { color: #555; font-size: 13px; }
+pre { background: #f4f4f4; padding: 10px; overflow-x: auto; font-size: 12.5px; }
+details summary { cursor: pointer; color: #335; font-size: 13px; }
+nav a { margin-right: 14px; font-size: 14px; }
+"""
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _table(table: Table) -> str:
+    head = "".join(f"<th>{esc(c)}</th>" for c in table.columns)
+    body = "".join("<tr>" + "".join(f"<td class=\"{'num' if _numeric(v) else ''}\">{esc(v)}</td>" for v in row)
+                   + "</tr>" for row in table.rows)
+    note = f"<p class=\"skip\">{esc(table.note)}</p>" if table.note else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+
+
+NUMERIC = re.compile(r"^[±+-]?[\d,.]+(e[+-]?\d+)?\s*(×|%|ms|s|µs|J|W)?(\s*\(.*\))?$|^[\d.]+–[\d.]+$")
+
+
+def _numeric(value: str) -> bool:
+    return bool(NUMERIC.match(str(value).strip()))
+
+
+def _ci(low: float | None, high: float | None) -> str:
+    return "n/a" if low is None or high is None else f"{low:.3f}–{high:.3f}"
+
+
+def comparison_rows(analysis: Analysis) -> list[list[str]]:
+    rows = []
+    for c in analysis.shown:
+        if c.metric != "e2e":
+            continue
+        rows.append([c.workload, c.platform + (" (A/A)" if c.is_aa else "") + (" [emulated]" if c.emulated else ""),
+                     fmt_knobs(c.knobs), f"{c.n}/{c.n_baseline}", fmt_seconds(c.baseline_mean), fmt_seconds(c.mean),
+                     f"{c.ratio:.3f}", _ci(c.ci_low, c.ci_high), _ci(c.boot_low, c.boot_high),
+                     "" if c.p_holm is None else f"{c.p_holm:.3g}",
+                     "-" if c.noise_floor is None else f"±{c.noise_floor:.1%}",
+                     c.effect if c.significant else "not resolved"])
+    return rows
+
+
+COMPARISON_COLUMNS = ["workload", "platform", "knobs", "n (platform/base)", "baseline", "platform", "×",
+                      "95% CI (Welch, logs)", "95% CI (bootstrap)", "p (Holm)", "A/A noise floor", "effect"]
+
+
+def _comparison_table(analysis: Analysis, colours: dict[str, str]) -> str:
+    head = "".join(f"<th>{esc(c)}</th>" for c in COMPARISON_COLUMNS)
+    body = []
+    e2e = [c for c in analysis.shown if c.metric == "e2e"]
+    for c, row in zip(e2e, comparison_rows(analysis), strict=True):
+        klass = "same" if not c.significant_holm else ("slower" if c.ratio > 1 else "faster")
+        swatch = f"<span class=\"swatch\" style=\"background:{colours.get(c.label, '#999')}\"></span>"
+        cells = [f"<td>{esc(row[0])}</td>", f"<td class=\"nowrap\">{swatch}{esc(row[1])}</td>",
+                 f"<td>{esc(row[2])}</td>", *(f"<td class=\"num\">{esc(v)}</td>" for v in row[3:11])]
+        cells.append(f"<td class=\"{klass}\">{esc(row[11])}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _fingerprint_rows(host: dict[str, Any], prefix: str = "") -> list[list[str]]:
+    rows = []
+    for key, value in sorted(host.items()):
+        if isinstance(value, dict):
+            rows.extend(_fingerprint_rows(value, f"{prefix}{key}."))
+        else:
+            rows.append([f"{prefix}{key}", json.dumps(value) if isinstance(value, list | tuple) else str(value)])
+    return rows
+
+
+def render_html(analysis: Analysis) -> str:
+    study = analysis.study
+    colours = figures.platform_colours([p.key for p in study.platforms])
+    parts: list[str] = []
+    host = analysis.host
+    parts.append(f"<h1>isobench: {esc(study.name)}</h1>")
+    parts.append(f"<p class=\"sub\">{esc(study.description)} · {len(analysis.groups)} groups · "
+                 f"host {esc(host.get('cpu_model', '?'))}, {esc(host.get('cores', '?'))} cores, kernel "
+                 f"{esc(host.get('kernel', '?'))} · report written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}</p>")
+    parts.append("<nav><a href=\"#results\">results</a><a href=\"#warnings\">warnings</a><a href=\"#hints\">hints</a>"
+                 "<a href=\"#figures\">figures</a><a href=\"#host\">host</a><a href=\"#study\">study file</a></nav>")
+    parts.append("<h2 id=\"results\">Headline</h2><ul class=\"headline\">")
+    lines = headline(analysis.shown)
+    parts.extend(f"<li>{esc(line)}</li>" for line in lines or ["no comparison yet: the study has no finished "
+                                                               "cells on both a platform and the baseline"])
+    parts.append("</ul>")
+    rep = replication(study.name)
+    if rep:
+        items = "".join(f"<li>{esc(text)} → <a href=\"#{esc(target)}\">{esc(target)}</a></li>"
+                        for text, target in rep["numbers"])  # type: ignore[union-attr]
+        parts.append(f"<div class=\"box paper\"><b>Replication of {esc(rep['paper'])}.</b> Scaled down: "
+                     f"{esc(rep['scale'])}. This run's counterparts of the paper's numbers:<ul>{items}</ul></div>")
+    parts.append("<h2>Comparisons with the baseline (E2E time per item)</h2>")
+    parts.append(f"<p class=\"sub\">Ratio of geometric means over repetitions. Primary interval: Welch's t on log "
+                 f"values; beside it a percentile bootstrap by repetition. p (Holm): Welch's p adjusted across the "
+                 f"study's {sum(1 for c in analysis.shown if c.metric == 'e2e' and not c.is_aa)} non-A/A "
+                 "comparisons. Effect words: &lt;1% negligible, &lt;5% small, &lt;20% moderate, else large.</p>")
+    parts.append(_comparison_table(analysis, colours))
+    if analysis.advice:
+        rows = [[a.workload, a.platform, fmt_knobs(a.knobs), f"{a.noise:.2%}", str(a.n_now), str(a.n_halfwidth),
+                 str(a.n_power)] for a in analysis.advice]
+        target = analysis.advice[0].target
+        parts.append("<h3>Sample-size advisor</h3>")
+        parts.append(_table(Table("advisor", "", "", ["workload", "platform", "knobs", "noise (sd of logs)",
+                                                      "repetitions now", f"for a ±{target:.0%} CI",
+                                                      f"to detect +{target:.0%} (80% power)"], rows)))
+    if analysis.adaptive:
+        a = analysis.adaptive
+        rows = [[c["workload"], c["platform"], fmt_knobs(c["knobs"]), str(c["n"]),
+                 "n/a" if c["half_width"] is None else f"±{c['half_width']:.2%}",
+                 (f"reached the target at round {c['reached_at']}" if c["status"] == "reached" else
+                  "budget ran out first" if c["status"] == "budget" else "still running")]
+                for c in a["comparisons"]]
+        parts.append(f"<h3>Adaptive repetitions</h3><p>Target ±{a['target']:.1%} on {esc(a['metric'])}; "
+                     f"{a['rounds']} round(s); {'stopped: ' if a['stopped'] else ''}{esc(a['reason'])}.</p>")
+        parts.append(_table(Table("adaptive", "", "", ["workload", "platform", "knobs", "n", "half-width", "why it "
+                                                       "stopped"], rows)))
+    parts.append("<h2 id=\"warnings\">Warnings</h2>")
+    if analysis.warnings:
+        parts.extend(f"<div class=\"box warn\">{esc(w.text)}</div>" for w in analysis.warnings)
+    else:
+        parts.append("<p>None: the host looked tuned and every effect is above the noise floor.</p>")
+    parts.append("<h2 id=\"hints\">Why: root-cause hints</h2>")
+    if analysis.hints:
+        parts.extend(f"<div class=\"box hint\">{esc(h.text)} <a href=\"#{esc(h.figure)}\">evidence</a></div>"
+                     for h in analysis.hints)
+    else:
+        parts.append("<p>No rule found evidence to explain a difference (rules read probe metrics, phases and "
+                     "write-back and page-fault series; a study without probes gives them little to read).</p>")
+    parts.append("<h2 id=\"figures\">Figures and tables</h2>")
+    skipped: list[Skipped] = []
+    for view in analysis.views:
+        if isinstance(view, Skipped):
+            skipped.append(view)
+            continue
+        paper = f" <span class=\"skip\">({esc(view.paper)})</span>" if view.paper else ""
+        if isinstance(view, Figure):
+            svg = figures.render(view, colours)
+            data = f"<details><summary>numbers</summary>{_table(view.table)}</details>" if view.table else ""
+            note = f"<figcaption>{esc(view.note)}</figcaption>" if view.note else ""
+            parts.append(f"<figure id=\"{esc(view.id)}\"><h3>{esc(view.title)}{paper}</h3>{svg}{note}{data}</figure>")
+        else:
+            parts.append(f"<section id=\"{esc(view.id)}\"><h3>{esc(view.title)}{paper}</h3>{_table(view)}</section>")
+    if skipped:
+        parts.append("<h3>Not measured in this study</h3><ul class=\"skip\">")
+        parts.extend(f"<li id=\"{esc(s.id)}\">{esc(s.title)} ({esc(s.paper)}): {esc(s.reason)}</li>" for s in skipped)
+        parts.append("</ul>")
+    if analysis.failures:
+        parts.append(f"<h2>Cells that did not finish ({len(analysis.failures)})</h2><ul>")
+        parts.extend(f"<li>{esc(line)}</li>" for line in analysis.failures[:50])
+        parts.append("</ul>")
+    parts.append("<h2 id=\"host\">Host fingerprint</h2>")
+    parts.append(_table(Table("host", "", "", ["key", "value"], _fingerprint_rows(host))))
+    parts.append(f"<h2 id=\"study\">Study file</h2><pre>{esc(analysis.study_text)}</pre>")
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>isobench report: {esc(study.name)}</title><style>{CSS}</style></head>"
+            f"<body><main>{''.join(parts)}</main></body></html>\n")

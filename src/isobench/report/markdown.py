@@ -1,0 +1,71 @@
+"""The report as Markdown: the same content as the HTML report, with figures as their numbers."""
+
+from __future__ import annotations
+
+from isobench.analysis.summary import Analysis
+from isobench.analysis.views import Figure, Skipped, Table
+from isobench.report.html import COMPARISON_COLUMNS, comparison_rows
+from isobench.report.replication import replication
+from isobench.report.terminal import fmt_knobs, headline
+
+
+def md_table(columns: list[str], rows: list[list[str]]) -> str:
+    def cell(value: object) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render_markdown(analysis: Analysis) -> str:
+    study = analysis.study
+    out = [f"# isobench: {study.name}", "", study.description, "", "## Headline", ""]
+    out += [f"- {line}" for line in headline(analysis.shown)] or ["- no comparison yet"]
+    rep = replication(study.name)
+    if rep:
+        out += ["", f"**Replication of {rep['paper']}.** Scaled down: {rep['scale']}.", ""]
+        out += [f"- {text} → `{target}`" for text, target in rep["numbers"]]  # type: ignore[union-attr]
+    out += ["", "## Comparisons with the baseline (E2E time per item)", "",
+            md_table(COMPARISON_COLUMNS, comparison_rows(analysis))]
+    if analysis.advice:
+        target = analysis.advice[0].target
+        out += ["", "### Sample-size advisor", "",
+                md_table(["workload", "platform", "knobs", "noise", "repetitions now", f"for a ±{target:.0%} CI",
+                          f"to detect +{target:.0%} (80% power)"],
+                         [[a.workload, a.platform, fmt_knobs(a.knobs), f"{a.noise:.2%}", str(a.n_now),
+                           str(a.n_halfwidth), str(a.n_power)] for a in analysis.advice])]
+    if analysis.adaptive:
+        a = analysis.adaptive
+        out += ["", "### Adaptive repetitions", "", f"Target ±{a['target']:.1%} on {a['metric']}, {a['rounds']} "
+                f"round(s): {a['reason']}.", ""]
+        out.append(md_table(["workload", "platform", "n", "half-width", "status"],
+                            [[c["workload"], c["platform"], str(c["n"]),
+                              "n/a" if c["half_width"] is None else f"±{c['half_width']:.2%}",
+                              c["status"] + (f" at round {c['reached_at']}" if c.get("reached_at") else "")]
+                             for c in a["comparisons"]]))
+    out += ["", "## Warnings", ""]
+    out += [f"- {w.text}" for w in analysis.warnings] or ["- none"]
+    out += ["", "## Root-cause hints", ""]
+    out += [f"- {h.text} (see `{h.figure}`)" for h in analysis.hints] or ["- no rule found evidence"]
+    out += ["", "## Tables and figures (numbers)", ""]
+    skipped = []
+    for view in analysis.views:
+        if isinstance(view, Skipped):
+            skipped.append(view)
+        elif isinstance(view, Figure):
+            if view.table:
+                out += [f"### {view.title} (`{view.id}`; {view.paper})", "", md_table(view.table.columns,
+                                                                                       view.table.rows), ""]
+        elif isinstance(view, Table):
+            out += [f"### {view.title} (`{view.id}`; {view.paper})", "", md_table(view.columns, view.rows), ""]
+    if skipped:
+        out += ["### Not measured in this study", ""] + [f"- {s.title} ({s.paper}): {s.reason}" for s in skipped]
+    if analysis.failures:
+        out += ["", f"## Cells that did not finish ({len(analysis.failures)})", ""]
+        out += [f"- {line}" for line in analysis.failures[:50]]
+    host = analysis.host
+    out += ["", "## Host", "", f"{host.get('cpu_model')}, {host.get('cores')} cores, kernel {host.get('kernel')}, "
+            f"governor {host.get('governor')}, turbo {host.get('turbo')}, load at start {host.get('loadavg_at_start')}",
+            "", "## Study file", "", "```yaml", analysis.study_text.rstrip(), "```", ""]
+    return "\n".join(out)

@@ -1,0 +1,184 @@
+"""Analysis and report from a store with known values: statistics, tables, hints, warnings, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from isobench.analysis.advisor import repetitions_for_halfwidth, repetitions_for_power
+from isobench.analysis.stats import bootstrap_ratio_ci, effect_words, holm, ratio_ci
+from isobench.analysis.summary import analyse
+from isobench.analysis.views import Figure, Skipped, Table
+from isobench.store import Store
+from tests import report_store
+from tests.conftest import run_cli
+
+
+def lognormal(n: int, median: float, sigma: float, rng: random.Random) -> list[float]:
+    return [median * math.exp(rng.gauss(0, sigma)) for _ in range(n)]
+
+
+# -- statistics ------------------------------------------------------------------------------
+def test_holm_matches_hand_computed_values() -> None:
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([None, 0.5, 0.9]) == [None, pytest.approx(1.0), pytest.approx(1.0)]
+    assert holm([]) == []
+
+
+def test_bootstrap_coverage_is_sane_and_narrower_than_welch_at_small_n() -> None:
+    rng = random.Random(3)
+    covered = {5: [0, 0], 12: [0, 0]}  # n -> [bootstrap, welch]
+    trials = 300
+    for n in covered:
+        for trial in range(trials):
+            base, other = lognormal(n, 1.0, 0.05, rng), lognormal(n, 1.1, 0.05, rng)
+            low, high = bootstrap_ratio_ci(other, base, resamples=1000, seed=trial)  # type: ignore[misc]
+            welch = ratio_ci(other, base)
+            covered[n][0] += low <= 1.1 <= high
+            covered[n][1] += welch.ci_low <= 1.1 <= welch.ci_high  # type: ignore[operator]
+    boot_small, welch_small = covered[5][0] / trials, covered[5][1] / trials
+    boot_large = covered[12][0] / trials
+    assert 0.70 < boot_small < welch_small  # the percentile bootstrap undercovers at n=5 ...
+    assert 0.85 < boot_large <= 0.98  # ... and approaches 95% as n grows
+    assert welch_small > 0.90
+    assert bootstrap_ratio_ci([1.0], [1.0, 2.0]) is None
+
+
+def test_effect_words() -> None:
+    assert effect_words(1.004) == "+0.4% (negligible)"
+    assert effect_words(1.03) == "3.0% slower (small)"
+    assert effect_words(0.9) == "10.0% faster (moderate)"
+    assert effect_words(2.5) == "2.5× slower (large)"
+    assert effect_words(1.3, "probe.proc.ctx_involuntary") == "30.0% higher (large)"
+
+
+def test_advisor_against_closed_forms_and_simulation() -> None:
+    # Half-width: t·sqrt(2 s²/n) ≤ log(1.01) → n ≈ 2·(1.96·0.05/0.00995)² ≈ 194.
+    n = repetitions_for_halfwidth(0.05, 0.05, 0.01)
+    assert 190 <= n <= 200
+    assert repetitions_for_halfwidth(0.05, 0.05, 0.02) < n < repetitions_for_halfwidth(0.08, 0.05, 0.01)
+    # Power: the normal approximation 2·(z.975 + z.8)²·s²/δ² ≈ 396.
+    assert repetitions_for_power(0.05, 0.05, 0.01) == pytest.approx(396, rel=0.03)
+    # At small n the noncentral t answer holds up in simulation.
+    n = repetitions_for_power(0.02, 0.02, 0.05)
+    rng = random.Random(5)
+    hits = sum(ratio_ci(lognormal(n, 1.05, 0.02, rng), lognormal(n, 1.0, 0.02, rng)).p_value < 0.05  # type: ignore[operator]
+               for _ in range(600))
+    assert 3 <= n <= 6 and hits / 600 >= 0.72
+
+
+# -- a store with known values ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def known(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return report_store.build(tmp_path_factory.mktemp("known"))
+
+
+def test_comparisons_of_known_values(known: Path) -> None:
+    analysis = analyse(Store.open(known))
+    e2e = {c.label: c for c in analysis.comparisons if c.metric == "e2e"}
+    expected = report_store.expected_e2e("docker") / report_store.expected_e2e("baremetal")
+    assert e2e["docker"].ratio == pytest.approx(expected, rel=0.01)
+    assert e2e["docker"].significant_holm and e2e["docker"].effect.endswith("slower (large)")
+    assert e2e["aa"].is_aa and e2e["aa"].ratio == pytest.approx(1.0, abs=0.01)
+    # The A/A interval's reach is the noise floor shown beside every comparison of the workload.
+    floor = max(e2e["aa"].ci_high - 1, 1 - e2e["aa"].ci_low)  # type: ignore[operator]
+    assert e2e["docker"].noise_floor == pytest.approx(floor)
+    # Holm: two non-A/A, non-emulated-excluded e2e comparisons of three in the family.
+    family = [c for c in analysis.comparisons if c.metric == "e2e" and not c.is_aa]
+    raw = sorted(c.p_value for c in family)  # type: ignore[type-var]
+    assert min(c.p_holm for c in family) == pytest.approx(min(1.0, len(family) * raw[0]))  # type: ignore[type-var]
+    assert e2e["vm"].emulated and all(not c.emulated for c in analysis.shown)
+    low, high = e2e["docker"].boot_low, e2e["docker"].boot_high
+    assert low is not None and high is not None and low < e2e["docker"].ratio < high
+
+
+def test_tables_hints_and_warnings_from_known_values(known: Path) -> None:
+    analysis = analyse(Store.open(known))
+    views = {v.id: v for v in analysis.views}
+    minibatch = views["fig-minibatch-lenet-train"]
+    assert isinstance(minibatch, Figure)
+    rows = {row[0]: row for row in minibatch.table.rows}  # type: ignore[union-attr]
+    assert rows["baremetal"][2] == "8.01"  # compute = forward + backward + optimizer, in ms (mean noise ≈ 1)
+    assert float(rows["docker/runc [cpus=1.0]"][2]) == pytest.approx(3 * 1.02 + 4 + 3.4, rel=0.01)
+    assert "baremetal (aa)" in rows
+    reasons = views["tab-writeback-reasons"]
+    assert isinstance(reasons, Table) and reasons.columns[3:6] == ["background", "periodic", "sync"]
+    docker_row = next(r for r in reasons.rows if r[1] == "docker/runc [cpus=1.0]")
+    assert docker_row[5] == "42 (10.4%)" and docker_row[6] == "402"  # 7 sync × 6 repetitions
+    faults = views["tab-fault-sources-lenet-train-docker-runc"]
+    assert isinstance(faults, Table) and faults.rows[0][2].endswith("libtorch_cpu.so")
+    assert views["fig-writeback-heat"].kind == "heatmap"  # type: ignore[union-attr]
+    assert isinstance(views["tab-events"], Skipped) and "perf" in views["tab-events"].reason
+    assert isinstance(views["fig-energy"], Skipped)
+    pinning = views["tab-pinning-lenet-train"]
+    assert isinstance(pinning, Table) and pinning.rows[0][0] == "docker/runc"
+
+    rules = {h.rule: h for h in analysis.hints}
+    assert set(rules) == {"cfs-throttling", "pin", "optimizer", "sync-writeback", "shared-library-faults"}
+    assert "30% of CFS periods" in rules["cfs-throttling"].text
+    assert re.search(r"optimizer step holds 9\d% of the extra time", rules["optimizer"].text)
+    assert all(h.figure in views for h in analysis.hints)  # every hint links to a figure that exists
+
+    kinds = {w.kind for w in analysis.warnings}
+    assert {"host", "outlier", "emulated"} <= kinds
+    outlier = next(w for w in analysis.warnings if w.kind == "outlier")
+    assert "repetition 3" in outlier.text and "docker/runc" in outlier.text
+    assert any("governor" in w.text for w in analysis.warnings)
+    assert any("turbo" in w.text for w in analysis.warnings)
+
+
+def test_no_hint_without_evidence(tmp_path: Path) -> None:
+    """The same timings without probes or series: only the phase-based rule may speak."""
+    store_dir = report_store.build(tmp_path)
+    store = Store.open(store_dir)
+    store.conn.execute("DELETE FROM series")
+    store.conn.execute("DELETE FROM metrics WHERE metric LIKE 'probe.%'")
+    analysis = analyse(store)
+    assert {h.rule for h in analysis.hints} == {"optimizer"}
+    assert isinstance(next(v for v in analysis.views if v.id == "tab-writeback-reasons"), Skipped)
+
+
+def test_report_cli_html_and_markdown(known: Path, tmp_path: Path) -> None:
+    html_file = tmp_path / "r.html"
+    result = run_cli("report", str(known), "-o", str(html_file))
+    assert result.returncode == 0, result.stderr
+    text = html_file.read_text()
+    # Self-contained: nothing to fetch.
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)
+    assert "<link" not in text and "<script" not in text
+    assert text.count("<svg") >= 6
+    for anchor in ("fig-ratios", "fig-minibatch-lenet-train", "tab-writeback-reasons", "fig-writeback-heat"):
+        assert f'id="{anchor}"' in text
+    assert "1.24× baremetal" in text and "noise floor" in text and "name: known" in text
+    md = run_cli("report", str(known), "--format", "md", "-o", str(tmp_path / "r.md"))
+    assert md.returncode == 0, md.stderr
+    markdown = (tmp_path / "r.md").read_text()
+    assert "| lenet-train | docker/runc | cpus=1.0, threads=1 | 6/6 |" in markdown
+    assert "## Root-cause hints" in markdown and "Not measured in this study" in markdown
+
+
+def test_compare_cli_same_statistics_and_refusal(tmp_path: Path) -> None:
+    a = report_store.build(tmp_path / "a")
+    b = report_store.build(tmp_path / "b", scale=1.10)  # host B is 10% slower across the board
+    result = run_cli("compare", str(a), str(b), "--json")
+    assert result.returncode == 0, result.stderr
+    records = {r["label"]: r for r in json.loads(result.stdout)}
+    assert records["docker"]["ratio"] == pytest.approx(1.10, rel=1e-6)
+    assert records["docker"]["p_holm"] is not None and records["docker"]["significant"]
+    text = run_cli("compare", str(a), str(b)).stdout
+    assert "10.0% slower" in text
+    # Different parameters: refused with the reason, unless forced.
+    other = report_store.STUDY.replace("workloads:\n", "workloads:\n  - {name: lenet-train, label: big, params: "
+                                                      "{steps: 20, batch_size: 8}}\n")
+    c = report_store.build(tmp_path / "c", study_text=other)
+    refused = run_cli("compare", str(a), str(c))
+    assert refused.returncode == 2 and "different workloads or parameters" in refused.stderr
+    assert "only in B: big" in refused.stderr and refused.stdout == ""
+    forced = run_cli("compare", str(a), str(c), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "only the shared workloads are compared" in forced.stdout and "big" not in forced.stdout.split("note:")[0]
