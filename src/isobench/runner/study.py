@@ -121,6 +121,11 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
     for platform_cls in {type(p) for p in platforms.values()}:
         for removed in platform_cls.sweep_stale():
             console.print(f"[yellow]removed a leftover of an earlier run:[/] {removed}")
+    from isobench.probes import PROBES  # probes leave tracefs instances and sysctls behind on kill -9
+
+    for _, probe_cls in PROBES:
+        for removed in probe_cls.sweep_stale():
+            console.print(f"[yellow]removed a leftover of an earlier run:[/] {removed}")
 
     data_paths = prepare_data(todo)
     for platform in platforms.values():

@@ -1,0 +1,213 @@
+"""Kernel-trace probes on real kernels and real processes: write-back reasons, block events and
+their attribution, restoring the host on Ctrl-C and after kill -9, the columnar parser against
+a regex reference on a real trace, and nvmsim replaying a captured trace end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ISOBENCH, need_root, run_cli, write_study
+
+VM = Path("/proc/sys/vm")
+
+
+def need_tracefs() -> None:
+    need_root()
+    from isobench.probes.tracefs import tracefs_problem
+
+    problem = tracefs_problem()
+    if problem:
+        pytest.skip(f"host lacks tracefs instances: {problem}")
+
+
+def instances() -> set[str]:
+    from isobench.probes.tracefs import TRACEFS
+
+    return set(os.listdir(TRACEFS / "instances"))
+
+
+def metrics(out: Path) -> dict[str, dict[str, float]]:
+    from isobench.store import Store
+
+    store = Store.open(out)
+    found: dict[str, dict[str, float]] = {}
+    for row in store.metric_rows():
+        found.setdefault(row["workload_key"], {})[row["metric"]] = row["value"]
+    return found
+
+
+def series(out: Path, probe: str, name: str) -> dict[str, dict]:
+    from isobench.store import Store
+
+    store = Store.open(out)
+    by_workload = {row["cell_id"]: row["workload_key"] for row in store.cells()}
+    return {by_workload[cell]: table.to_pydict() for cell, table in store.series(probe, name).items()}
+
+
+@pytest.fixture(scope="module")
+def writer_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """fsync'ed checkpoints, and dirty pages left for the flusher past dirty_expire (one ~40 s cell)."""
+    need_tracefs()
+    tmp = tmp_path_factory.mktemp("ftrace")
+    study = write_study(tmp / "study.yaml", {
+        "name": "ftrace-writer",
+        "workloads": [{"name": "file-writer", "label": "fsync", "params": {"rounds": 6, "file_kb": 512}},
+                      {"name": "file-writer", "label": "nofsync",
+                       "params": {"rounds": 1, "file_kb": 64, "fsync": False, "wait_s": 38}}],
+        "platforms": [{"name": "baremetal"}],
+        "repetitions": 1, "warmup": 0, "timeout_s": 120,
+        "probes": {"ftrace": {}, "syscalls": {}, "pagefaults": {}}})
+    run_cli("run", str(study), "--out", str(tmp / "out"), check=True, timeout=300)
+    return tmp / "out"
+
+
+def _by_label(values: dict[str, dict], label: str) -> dict:
+    return values[label]
+
+
+def test_fsync_gives_sync_writebacks_and_block_events_of_the_cell(writer_study: Path) -> None:
+    found = _by_label(metrics(writer_study), "fsync")
+    assert found["probe.ftrace.writebacks.sync"] >= 6  # one per fsync'ed round at least
+    assert found["probe.ftrace.block_write_bytes"] >= 6 * 512 * 1024
+    assert found["probe.ftrace.block_requests"] >= 6
+    assert found["probe.ftrace.lost_events"] == 0
+    assert found["probe.ftrace.syscalls"] > 0 and found["probe.ftrace.page_faults"] > 0
+    blocks = _by_label(series(writer_study, "ftrace", "block"), "fsync")
+    from isobench.probes.ftrace_parse import CODE, RWBS_BITS
+
+    sync_writes = [r for e, r in zip(blocks["event"], blocks["rwbs"], strict=True)
+                   if e == CODE["block_rq_insert"] and r & RWBS_BITS["W"] and r & RWBS_BITS["S"]]
+    assert sync_writes, "no WS block request attributed to the fsync'ing cell"
+    pages = _by_label(series(writer_study, "ftrace", "writeback"), "fsync")
+    # fsync'ed folios go out as sync (a stray page the cell dirtied elsewhere may go out periodic)
+    assert pages["reason"].count(2) >= 0.9 * len(pages["reason"])
+    assert sum(pages["pages"]) >= 6 * 128  # 512 KiB rewritten six times
+    histogram = _by_label(series(writer_study, "syscalls", "histogram"), "fsync")
+    calls = dict(zip(histogram["syscall"], histogram["calls"], strict=True))
+    assert calls.get("fsync", 0) >= 12  # checkpoint and log, each round
+    ranking = _by_label(series(writer_study, "pagefaults", "ranking"), "fsync")
+    assert abs(sum(ranking["share"]) - 1) < 1e-9 and any(f.startswith("/") for f in ranking["file"])
+
+
+def test_unsynced_pages_go_out_periodic_from_a_flusher(writer_study: Path) -> None:
+    found = _by_label(metrics(writer_study), "nofsync")
+    assert found["probe.ftrace.writebacks.periodic"] >= 1
+    pages = _by_label(series(writer_study, "ftrace", "writeback"), "nofsync")
+    assert 3 in pages["reason"]  # periodic
+    flushed = [f for f, p in zip(pages["flusher_pid"], pages["pid"], strict=True) if f != p]
+    assert flushed, "the flusher's write-back was not joined to the dirtying process"
+
+
+def test_low_dirty_background_bytes_gives_background_writebacks(tmp_path: Path) -> None:
+    need_tracefs()
+    before = {name: (VM / name).read_text() for name in ("dirty_background_bytes", "dirty_background_ratio")}
+    study = write_study(tmp_path / "study.yaml", {
+        "name": "ftrace-background",
+        "workloads": [{"name": "file-writer", "params": {"rounds": 4, "file_kb": 8192, "fsync": False,
+                                                          "interval_s": 0.3, "wait_s": 1}}],
+        "platforms": [{"name": "baremetal"}], "repetitions": 1, "warmup": 0,
+        "probes": {"ftrace": {"dirty_background_bytes": 1 << 20, "syscalls": False, "page_faults": False}}})
+    run_cli("run", str(study), "--out", str(tmp_path / "out"), check=True, timeout=300)
+    found = next(iter(metrics(tmp_path / "out").values()))
+    assert found["probe.ftrace.writebacks.background"] >= 1
+    assert {name: (VM / name).read_text() for name in before} == before
+
+
+def test_nvmsim_replays_a_captured_trace(writer_study: Path, tmp_path: Path) -> None:
+    out = run_cli("nvmsim", str(writer_study), "--capacity", "256", "--json", "--export-csv", str(tmp_path),
+                  check=True)
+    result = json.loads(out.stdout[out.stdout.index("{"):])
+    cells = {c["cell"]: c for c in result["cells"]}
+    fsync = next(c for name, c in cells.items() if "nofsync" not in name)
+    assert fsync["write_backs"] >= 6 * 128 and fsync["pages"] >= 128
+    assert 0 < fsync["improvement"] <= 1 and fsync["hit_ratio"] > 0.5  # the checkpoint's pages are rewritten
+    csv = next(p for p in tmp_path.glob("*.csv") if "nofsync" not in p.name)
+    replayed = json.loads(run_cli("nvmsim", str(csv), "--capacity", "256", "--json", check=True).stdout)
+    assert replayed["write_backs"] == fsync["write_backs"]
+    assert replayed["improvement"] == pytest.approx(fsync["improvement"])
+
+
+def test_parser_matches_the_regex_reference_on_a_real_trace() -> None:
+    need_tracefs()
+    from isobench.probes import ftrace, ftrace_parse
+    from isobench.probes.tracefs import TraceInstance
+
+    instance = TraceInstance("parsetest", ftrace.WRITEBACK_EVENTS + ftrace.BLOCK_EVENTS + ftrace.BUFFER_EVENTS
+                             + ftrace.PAGE_FAULT_EVENTS + ftrace.SYSCALL_EVENTS, 4096)
+    try:
+        instance.start()
+        code = ("import os\nwith open('/var/tmp/isobench-parsetest-%d' % os.getpid(), 'wb') as f:\n"
+                "    f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno())\n"
+                "os.unlink(f.name)\n")
+        subprocess.run([sys.executable, "-c", code], check=True)
+        instance.stop()
+        raw = instance.trace_file.read_bytes()
+    finally:
+        instance.discard()
+    events = ftrace_parse.parse(raw)
+    reference = ftrace_parse.parse_reference(raw)
+    assert len(events) == len(reference) > 1000
+    for column in ftrace_parse.COLUMNS:
+        assert np.array_equal(getattr(events, column), np.array([r[column] for r in reference])), column
+    kinds = {ftrace_parse.EVENTS[c] for c in np.unique(events.event)}
+    assert {"writeback_dirty_folio", "block_rq_insert", "sys_enter", "page_fault_user"} <= kinds
+
+
+def test_ctrl_c_mid_trace_leaves_tracing_and_sysctls_as_they_were(tmp_path: Path) -> None:
+    need_tracefs()
+    before = instances()
+    sysctl = (VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text()
+    study = write_study(tmp_path / "study.yaml", {
+        "name": "ftrace-interrupt",
+        "workloads": [{"name": "file-writer", "params": {"rounds": 1, "wait_s": 60}}],
+        "platforms": [{"name": "baremetal"}], "repetitions": 1, "warmup": 0,
+        "probes": {"ftrace": {"dirty_background_bytes": 64 << 20}, "syscalls": {}}})
+    runner = subprocess.Popen([*ISOBENCH, "run", str(study), "--out", str(tmp_path / "out")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mine = f"isobench-{runner.pid}-"
+    try:
+        deadline = time.monotonic() + 120
+        while not any(name.startswith(mine) for name in instances()):
+            assert runner.poll() is None and time.monotonic() < deadline, "the trace never started"
+            time.sleep(0.2)
+        assert (VM / "dirty_background_bytes").read_text().strip() == str(64 << 20)
+        time.sleep(1)
+        runner.send_signal(signal.SIGINT)
+        runner.wait(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert not any(name.startswith(mine) for name in instances())
+    assert not {name for name in instances() - before if name.startswith(mine)}
+    assert ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text()) == sysctl
+    assert not list(Path("/dev/shm").glob(f"{mine}*"))
+
+
+def test_a_killed_runners_instance_reader_and_sysctl_are_swept() -> None:
+    need_tracefs()
+    sysctl = (VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text()
+    code = ("import time\nfrom isobench.probes.tracefs import TraceInstance, DirtyBackgroundKnob\n"
+            "DirtyBackgroundKnob(32 << 20).apply()\n"
+            "i = TraceInstance('stale', ['writeback/writeback_start'], 256); i.start()\n"
+            "print(i.name, i.reader.pid, flush=True); time.sleep(600)\n")
+    victim = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    name, reader = victim.stdout.readline().split()  # type: ignore[union-attr]
+    victim.kill()  # kill -9: nothing of its own runs
+    victim.wait()
+    from isobench.probes.tracefs import sweep_stale
+
+    assert name in instances()
+    removed = sweep_stale()
+    assert any(name in entry for entry in removed)
+    assert name not in instances()
+    assert not Path(f"/proc/{reader}").exists() or b"trace_pipe" not in Path(f"/proc/{reader}/cmdline").read_bytes()
+    assert ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text()) == sysctl
