@@ -31,20 +31,35 @@ def _read_study(study: str | None) -> tuple[str, str]:
     return text, name
 
 
-@app.command()
-def run(study: StudyArg = None,
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(ctx: typer.Context, study: StudyArg = None,
         study_opt: Annotated[Optional[str], typer.Option("--study", help="same as the STUDY argument")] = None,  # noqa: UP045
         out: Annotated[Optional[Path], typer.Option("--out", help="study directory to write")] = None,  # noqa: UP045
         resume: Annotated[bool, typer.Option("--resume", help="run only the cells not yet finished")] = False,
+        script: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+            "--script", help="run your own Python script as the workload instead of a study: "
+                             "`isobench run --script train.py -- ARGS`; mark phases with isobench.phase()")] = None,
+        platforms: Annotated[str, typer.Option(help="with --script: the platforms, comma-separated")] =
+        "baremetal,docker",
+        repetitions: Annotated[int, typer.Option(help="with --script: measured runs per platform")] = 3,
         ) -> None:
-    """Run a study and print its result table."""
+    """Run a study (or, with --script, your own script on bare metal and Docker) and print its result table."""
     from isobench.analysis.compare import compare
     from isobench.report.terminal import print_summary
     from isobench.runner.study import run_study
     from isobench.store import Store
 
     study = study or study_opt
-    text, name = (None, None) if (resume and study is None) else _read_study(study)
+    if script is not None:  # every positional (and anything after --) belongs to the script
+        from isobench.workloads.script import script_study
+
+        text, name = script_study(script, [*([study] if study else []), *ctx.args],
+                                  platforms.split(","), repetitions)
+    elif ctx.args:
+        raise UserError(f"unexpected argument(s) {' '.join(ctx.args)}", field="isobench run",
+                        fix="see `isobench run --help`; script arguments need --script")
+    else:
+        text, name = (None, None) if (resume and study is None) else _read_study(study)
     try:
         directory = run_study(text, name, out, resume, console)
     except KeyboardInterrupt:

@@ -49,6 +49,8 @@ class Cell:
     network: bool = False
     #: host directory mounted read-write at the same path (trained models); set by the runner
     artifacts_dir: str | None = None
+    #: more host directories the cell sees read-only at the same path (a user's script)
+    mounts: list[str] = field(default_factory=list)
 
     @property
     def group(self) -> str:
@@ -100,7 +102,8 @@ def expand(study: Study) -> list[Cell]:
                            "platform": platform.name, "platform_key": platform.key,
                            "platform_entry": platform.model_dump(exclude={"knobs"}),
                            "knobs": knobs, "data_key": data_key,
-                           "network": WORKLOADS.get(workload).needs_network, "_consumes": consumes})
+                           "network": WORKLOADS.get(workload).needs_network, "_consumes": consumes,
+                           "mounts": list(WORKLOADS.get(workload).host_paths(params_model))})
 
     from isobench.probes.session import default_probe_config
 

@@ -150,7 +150,7 @@ class DockerBase(Platform):
         args = ["run", "--name", name, "--label", f"{LABEL_RUNNER}={runner_tag()}",
                 "--label", f"isobench.cell={cell.cell_id}", "--network", self._docker_network(cell),
                 "--runtime", self.runtime(), "--workdir", "/tmp"]
-        mounts = [str(data_root())] if self.entry.image else cell_mounts()
+        mounts = [str(data_root()), *cell.mounts] if self.entry.image else cell_mounts(cell.mounts)
         for path in mounts:
             args += ["-v", f"{path}:{path}:ro"]
         if cell.artifacts_dir:  # trained models leave the container as host files

@@ -127,6 +127,10 @@ def data_root() -> Path:
     return path
 
 
-def cell_mounts() -> list[str]:
-    """Every host path a mirrored cell sees (read-only, same path)."""
-    return sorted(set(mirror_paths()) | {str(data_root())})
+def cell_mounts(extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """Every host path a mirrored cell sees (read-only, same path); ``extra`` (a user's script
+    directory) is added unless a mirrored path already holds it."""
+    base = set(mirror_paths()) | {str(data_root())}
+    more = [p for p in _collapse([Path(e) for e in extra])
+            if not any(p == Path(b) or Path(b) in p.parents for b in base)]
+    return sorted(base | {str(p) for p in more})

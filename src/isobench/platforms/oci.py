@@ -75,7 +75,7 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
          "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]},
         {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
     ]
-    for path in cell_mounts():
+    for path in cell_mounts(cell.mounts):
         mounts.append({"destination": path, "type": "bind", "source": path,
                        "options": ["rbind", "ro", "nosuid", "nodev"]})
     if cell.artifacts_dir:  # trained models leave the container as host files
@@ -185,8 +185,10 @@ class Oci(Platform):
         if runtime == "runsc":
             # runsc, unlike runc, does not fill an empty v1 cpuset parent: do it for it.
             ensure_cpuset_parent(Path(cgroups_path).parent)
-        if cell.artifacts_dir:  # the root is read-only: the artifacts mount point must exist in it
-            rootfs = build_skeleton((str(data_root()), cell.artifacts_dir))
+        if cell.mounts:  # the root is read-only: the script directory's mount point must exist in it
+            rootfs = build_skeleton((str(data_root()), *cell.mounts))
+        if cell.artifacts_dir:  # likewise the artifacts directory's
+            rootfs = build_skeleton((str(data_root()), *cell.mounts, cell.artifacts_dir))
         self.network_mode(cell)  # refuses what cannot work before anything starts
         config = bundle_config(cell, argv, rootfs, cgroups_path, runtime)
         (bundle / "config.json").write_text(json.dumps(config, indent=1))

@@ -28,7 +28,7 @@ STDERR_TAIL = 2000
 @dataclass
 class CellOutcome:
     cell: Cell
-    status: str  # ok | failed | timeout
+    status: str  # ok | failed | timeout | unavailable (the workload cannot measure here)
     exit_code: int | None
     error: str | None
     stderr_tail: str
@@ -152,6 +152,9 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
             last = tail.strip().splitlines()[-1] if tail.strip() else ""
             outcome.error = ("killed by the memory limit (OOM)" if oom else
                              f"exited with status {exit_code} before finishing" + (f": {last}" if last else ""))
+    if outcome.status == "ok" and outcome.done and outcome.done.get("unavailable"):
+        # e.g. a CUDA kernel on a host without a GPU: recorded with its reason, never with numbers
+        outcome.status, outcome.error = "unavailable", str(outcome.done["unavailable"])
     if reader.garbage:
         outcome.platform_info["channel_garbage_lines"] = reader.garbage
     return outcome

@@ -162,7 +162,9 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
                 store.record_all(outcomes, platform.display())  # a tenant group: whole or not at all
                 for outcome in outcomes:
                     cell = outcome.cell
-                    if outcome.status != "ok":
+                    if outcome.status == "unavailable":
+                        progress.console.print(f"[yellow]unavailable[/] {cell.cell_id}: {outcome.error}")
+                    elif outcome.status != "ok":
                         failures += 1
                         progress.console.print(f"[red]{outcome.status}[/] {cell.cell_id}: {outcome.error}")
                     progress.advance(task)

@@ -121,9 +121,17 @@ def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
         for values in itertools.product(*(entry.sweep[k] for k in sweep_keys)):
             params = {**entry.params, **dict(zip(sweep_keys, values, strict=True))}
             try:
-                params_cls(**params)
+                parsed = params_cls(**params)
             except ValidationError as err:
                 raise _from_validation(err, file, f"{field}.params") from None
+            if check_host:  # e.g. the user's script must exist here; not when reading stored results
+                try:
+                    WORKLOADS.get(entry.name).check_host(parsed)
+                except ValueError as err:
+                    message, _, fix = str(err).partition("; fix: ")
+                    name, _, problem = message.partition(": ")
+                    raise UserError(problem or name, file=file, field=f"{field}.params.{name}" if problem
+                                    else f"{field}.params", fix=fix or None) from None
 
     _check_knobs(study.knobs, file, "knobs", check_host)
     for index, entry in enumerate(study.platforms):

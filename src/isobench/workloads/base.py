@@ -63,6 +63,20 @@ class Workload(ABC):
         """Generate the data set into ``target`` (host side, before any cell runs)."""
 
     @classmethod
+    def item_phases(cls, params: WorkloadParams) -> tuple[str, ...]:
+        """The phases each item reports for ``params`` (kernels name one per shape)."""
+        return cls.phases
+
+    @classmethod
+    def host_paths(cls, params: WorkloadParams) -> tuple[str, ...]:
+        """Host directories the cell must see read-only at the same path (a user's script)."""
+        return ()
+
+    @classmethod
+    def check_host(cls, params: WorkloadParams) -> None:
+        """Raise ValueError("field: problem; fix: ...") when ``params`` cannot run on this host."""
+
+    @classmethod
     def estimate_s(cls, params: WorkloadParams) -> float:
         """Rough seconds one cell spends inside the workload on a 2-core machine."""
         return 5.0

@@ -50,6 +50,18 @@ class CellContext:
         yield
         self.emit({"type": "setup", "name": name, "dur": time.perf_counter() - start})
 
+    def setup_value(self, name: str, seconds: float) -> None:
+        """Report a one-off phase timed elsewhere."""
+        self.emit({"type": "setup", "name": name, "dur": seconds})
+
+    def metric(self, name: str, value: float, unit: str = "") -> None:
+        """A summary number the workload computed (FLOP/s, bandwidth): stored as ``workload.<name>``."""
+        self._notes.setdefault("metrics", {})[name] = [float(value), unit]
+
+    def unavailable(self, reason: str) -> None:
+        """What this cell is for cannot be measured here (no CUDA device): a record, never a number."""
+        self._notes["unavailable"] = reason
+
     def start_run(self) -> None:
         """Mark the start of the timed items (after setup)."""
         self._run_started = time.perf_counter()
