@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -211,3 +212,62 @@ def test_a_killed_runners_instance_reader_and_sysctl_are_swept() -> None:
     assert name not in instances()
     assert not Path(f"/proc/{reader}").exists() or b"trace_pipe" not in Path(f"/proc/{reader}/cmdline").read_bytes()
     assert ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text()) == sysctl
+
+
+def _waiting_child(code: str) -> subprocess.Popen[str]:
+    """A process that does ``code`` once told to on stdin, so probes can attach first."""
+    return subprocess.Popen([sys.executable, "-c", f"import sys\nsys.stdin.readline()\n{code}"],
+                            stdin=subprocess.PIPE, text=True)
+
+
+def test_page_faults_agree_with_perf_stat_for_the_same_process() -> None:
+    need_tracefs()
+    if not shutil.which("perf"):
+        pytest.skip("host lacks perf")
+    from isobench.probes.base import ProbeTarget
+    from isobench.probes.ftrace import FtraceProbe, FtraceSettings
+
+    child = _waiting_child("x = bytearray(96 << 20)\nx[::4096] = b'1' * len(x[::4096])\n")
+    probe = FtraceProbe(FtraceSettings(syscalls=False, block=False, buffers=False))
+    try:
+        probe.start(ProbeTarget("baremetal", child.pid))
+        perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "page-faults", "-p", str(child.pid)],
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)  # perf attaches
+        child.communicate("\n", timeout=60)
+        _, report = perf.communicate(timeout=60)
+        result = probe.stop()
+    finally:
+        probe.abort()
+        child.kill()
+    counted = next(int(line.split(",")[0]) for line in report.splitlines() if "page-faults" in line)
+    traced = dict((m, v) for m, v, _ in result.metrics)["page_faults"]
+    assert counted > 20_000  # 96 MiB of fresh pages
+    assert abs(traced - counted) <= 0.05 * counted, (traced, counted)
+
+
+def test_strace_fallback_counts_the_same_syscalls() -> None:
+    need_root()
+    if not shutil.which("strace"):
+        pytest.skip("host lacks strace")
+    from isobench.probes.base import ProbeTarget
+    from isobench.probes.syscalls import SyscallProbe, SyscallSettings
+
+    code = "import os\nfor _ in range(500):\n    os.getppid()\n"
+    histograms = []
+    for method in ("strace", "ftrace"):
+        if method == "ftrace":
+            need_tracefs()
+        child = _waiting_child(code)
+        probe = SyscallProbe(SyscallSettings(method=method))
+        try:
+            probe.start(ProbeTarget("baremetal", child.pid))
+            time.sleep(0.5)
+            child.communicate("\n", timeout=60)
+            result = probe.stop()
+        finally:
+            probe.abort()
+        assert result.info["method"] == method
+        histograms.append(dict(zip(result.series["histogram"]["syscall"], result.series["histogram"]["calls"],
+                                   strict=True)))
+    assert histograms[0]["getppid"] == histograms[1]["getppid"] == 500
