@@ -105,6 +105,24 @@ def test_missing_artifact_is_a_clear_error(tmp_path: Path) -> None:
     assert "no training cell saved it" in outcome.error
 
 
+def test_a_driver_that_cannot_reach_the_server_ends_the_cell(tmp_path: Path) -> None:
+    """Fault injection (a real platform cannot be made to lose its address): the driver fails,
+    the cell is killed at once rather than idling until its timeout, and the error says why."""
+    need_root()
+    from isobench.platforms.baremetal import BareMetal
+
+    class Unreachable(BareMetal):
+        def service_host(self, launched: object) -> str:
+            raise RuntimeError("injected: no route to the cell")
+
+    text = _study("fault", [{"name": "serve", "params": {**SERVE, "idle_timeout_s": 600}}], [{"name": "baremetal"}])
+    cell = expand(load_study_text(text, "fault.yaml"))[0]
+    cell = dataclasses.replace(cell, data_dir=prepare_data([cell])[cell.data_key])
+    outcome = run_cell(cell, Unreachable(PlatformEntry(name="baremetal")))
+    assert outcome.status == "failed" and "injected: no route to the cell" in outcome.error
+    assert outcome.wall_s < 250  # killed by the driver, not by the 300 s cell timeout (that would be "timeout")
+
+
 def test_producers_run_before_consumers_in_every_round() -> None:
     text = json.dumps({"name": "o", "workloads": [{"name": "serve", "params": {"load_from": "m"}},
                                                   {"name": "deploy-infer"}, {"name": "train-save",
