@@ -219,6 +219,12 @@ def doctor() -> None:
         table.add_row(platform.display(), "[green]yes[/]" if avail.ok else "[red]no[/]", notes.strip("; "),
                       *knob_cells)
     console.print(table)
+    from isobench.plan.placement import host_knob_problems
+
+    problems = host_knob_problems()
+    for knob in ("governor", "max_freq", "power_mode", "jetson_clocks", "numa_node"):
+        state = f"[red]unavailable[/]: {problems[knob]}" if knob in problems else "[green]available[/]"
+        console.print(f"host knob {knob}: {state}")
     _probe_summary()
 
 

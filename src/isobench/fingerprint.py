@@ -39,6 +39,14 @@ def cpufreq() -> dict[str, Any]:
             "turbo": turbo, "cpufreq_exposed": bool(governors)}
 
 
+def numa() -> dict[str, Any]:
+    """NUMA nodes and their CPUs (one node: placement by node changes nothing here)."""
+    from isobench.plan.placement import numa_nodes
+
+    nodes = numa_nodes()
+    return {"nodes": len(nodes) or 1, "cpus": {str(node): cpus for node, cpus in nodes.items()}}
+
+
 def host_fingerprint() -> dict[str, Any]:
     uname = platform.uname()
     return {
@@ -52,6 +60,7 @@ def host_fingerprint() -> dict[str, Any]:
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         **cpufreq(),
         "cgroup": cgroup_layout(),
+        "numa": numa(),
         "dirty_sysctls": {k: read_text(f"/proc/sys/vm/{k}") for k in DIRTY_SYSCTLS},
         "python": sys.version.split()[0],
         "python_executable": sys.executable,

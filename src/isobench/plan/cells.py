@@ -124,4 +124,6 @@ def expand(study: Study) -> list[Cell]:
                               probes=probes, **{k: v for k, v in group.items() if k != "_consumes"}))
     from isobench.plan.tenancy import assign_tenants
 
-    return assign_tenants(study, cells)
+    from isobench.plan.placement import resolve_cells
+
+    return resolve_cells(assign_tenants(study, cells))

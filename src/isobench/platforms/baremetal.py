@@ -14,10 +14,11 @@ from typing import Any
 
 from isobench.hostinfo import cgroup_layout
 from isobench.plan.cells import Cell
-from isobench.probes.base import ProbeTarget
 from isobench.platforms import PLATFORMS
 from isobench.platforms.base import Availability, Launched, Platform, kill_process_group, runner_tag
 from isobench.platforms.cgroups import CGROUP_ROOT, PARENT, CellCgroup, remove_tree, stale_groups
+from isobench.platforms.datapath import bind_memory_node
+from isobench.probes.base import ProbeTarget
 from isobench.study.model import Knobs
 
 
@@ -59,6 +60,8 @@ class BareMetal(Platform):
         knobs = Knobs(**cell.knobs)
         group = CellCgroup.create(cell_cgroup_path(cell), cpus=knobs.cpus, cpuset=knobs.cpuset_list(),
                                   memory=knobs.memory_bytes())
+        if knobs.numa_node is not None:
+            bind_memory_node(group, knobs.numa_node)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
         try:

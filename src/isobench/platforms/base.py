@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from isobench.study.model import PlatformEntry
 
 ALL_KNOBS = frozenset({"cpus", "cpuset", "memory", "seccomp", "threads"})
+#: knobs every platform takes: resolved to cpus/cpuset at plan time (plan/placement.py), or
+#: host state the runner sets around the cell (runner/hostknobs.py)
+PLACEMENT_AND_HOST_KNOBS = frozenset({"placement", "chr", "reserve_idle_cores", "numa_node", "governor",
+                                      "max_freq", "power_mode", "jetson_clocks"})
 
 
 @dataclass
@@ -66,6 +70,11 @@ class Platform(ABC):
     @classmethod
     def validate_knobs(cls, knobs: dict[str, Any]) -> None:
         """Raise ValueError("knobs.<knob>: problem (fix: ...)") for a cell's knob set this platform rejects."""
+        foreign = {k for k, v in knobs.items() if v is not None} - cls.knobs - PLACEMENT_AND_HOST_KNOBS
+        if foreign:
+            knob = sorted(foreign)[0]
+            raise ValueError(f"knobs.{knob}: {cls.name} does not take {knob} (fix: drop it for this entry; "
+                             "`isobench platforms` lists each platform's knobs)")
 
     @classmethod
     @abstractmethod

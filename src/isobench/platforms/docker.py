@@ -20,6 +20,7 @@ from isobench.hostinfo import tool_version
 from isobench.plan.cells import Cell
 from isobench.platforms import PLATFORMS
 from isobench.platforms.base import (
+    ALL_KNOBS,
     Availability,
     Launched,
     Platform,
@@ -27,6 +28,7 @@ from isobench.platforms.base import (
     runner_tag,
     tag_is_stale,
 )
+from isobench.platforms.datapath import copy_into, mount_args
 from isobench.platforms.hostmirror import (
     cell_mounts,
     container_env,
@@ -99,6 +101,7 @@ def register_runtime(name: str, path: str, args: list[str]) -> None:
 
 class DockerBase(Platform):
     runtime_default = "runc"
+    knobs = ALL_KNOBS | {"data_mount"}
     startup_estimate_s = 0.6
 
     @classmethod
@@ -151,8 +154,10 @@ class DockerBase(Platform):
                 "--label", f"isobench.cell={cell.cell_id}", "--network", self._docker_network(cell),
                 "--runtime", self.runtime(), "--workdir", "/tmp"]
         mounts = [str(data_root()), *cell.mounts] if self.entry.image else cell_mounts(cell.mounts)
+        mounts, data_args = mount_args(knobs.data_mount, cell.data_dir, mounts, self.image())
         for path in mounts:
             args += ["-v", f"{path}:{path}:ro"]
+        args += data_args
         if cell.artifacts_dir:  # trained models leave the container as host files
             args += ["-v", f"{cell.artifacts_dir}:{cell.artifacts_dir}:rw"]
         env = {"PYTHONUNBUFFERED": "1"} if self.entry.image else container_env()
@@ -162,6 +167,8 @@ class DockerBase(Platform):
             args += ["--cpus", str(knobs.cpus)]
         if knobs.cpuset is not None:
             args += ["--cpuset-cpus", knobs.cpuset]
+        if knobs.numa_node is not None:
+            args += ["--cpuset-mems", str(knobs.numa_node)]
         if knobs.memory is not None:
             # Same limit on swap as the bare-metal cgroup gets: no swap beyond the limit.
             args += ["--memory", str(knobs.memory_bytes()), "--memory-swap", str(knobs.memory_bytes())]
@@ -176,6 +183,8 @@ class DockerBase(Platform):
         if self.entry.image:
             argv = [self.entry.options.get("python", "python3"), *argv[1:]]
         cmd = ["docker", *self._run_args(cell, name), self.image(), *argv]
+        if cell.knobs.get("data_mount") == "copy" and cell.data_dir:
+            cmd = copy_into(cmd, name, cell.data_dir)  # before the clock: only reads pay for the layer
         started = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
                                 start_new_session=True)

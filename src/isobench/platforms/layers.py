@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from isobench.plan.cells import Cell
+from isobench.plan.placement import PLACEMENT_KNOBS
 from isobench.platforms import PLATFORMS
 from isobench.platforms.baremetal import BareMetal, cell_cgroup_path, cgroups_writable
 from isobench.platforms.base import Availability, Launched
@@ -82,6 +83,10 @@ class LayerPlatform(BareMetal):
     @classmethod
     def validate_knobs(cls, knobs: dict[str, Any]) -> None:
         """Exactly one mechanism: refuse resource knobs other than this layer's own."""
+        for knob in PLACEMENT_KNOBS:
+            if knobs.get(knob) is not None:
+                raise ValueError(f"knobs.{knob}: {cls.name} takes its one mechanism's knob directly "
+                                 "(fix: give cpus or cpuset instead of placement knobs)")
         for knob in RESOURCE_KNOBS:
             if knobs.get(knob) is not None and knob != cls.resource_knob:
                 raise ValueError(f"knobs.{knob}: {cls.name} adds only its own mechanism ({cls.mechanism}) "
@@ -91,6 +96,7 @@ class LayerPlatform(BareMetal):
         if cls.mechanism == "seccomp" and knobs.get("seccomp") == "unconfined":
             raise ValueError("knobs.seccomp: layer-seccomp with seccomp 'unconfined' applies nothing "
                              "(fix: drop the knob, or use baremetal)")
+        super().validate_knobs(knobs)
 
     @classmethod
     def check(cls) -> Availability:

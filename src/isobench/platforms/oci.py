@@ -88,6 +88,8 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
             cpu.update(quota=int(knobs.cpus * CFS_PERIOD_US), period=CFS_PERIOD_US)
         if knobs.cpuset is not None:
             cpu["cpus"] = knobs.cpuset
+            if knobs.numa_node is not None:
+                cpu["mems"] = str(knobs.numa_node)
         resources["cpu"] = cpu
     if knobs.memory is not None:
         resources["memory"] = {"limit": knobs.memory_bytes(), "swap": knobs.memory_bytes()}

@@ -84,6 +84,9 @@ def _check_knobs(values: dict[str, Any], file: str, field: str, check_host: bool
             raise _from_validation(err, file, field) from None
         if not check_host:
             continue
+        from isobench.plan.placement import resolve_knobs
+
+        resolve_knobs({k: v for k, v in combo.items() if v is not None}, field, file)
         if knobs.cpus is not None and knobs.cpus > len(cpus):
             raise UserError(f"{knobs.cpus} cores asked for, this host has {len(cpus)}", file=file,
                             field=f"{field}.cpus", fix=f"use a value up to {len(cpus)}")

@@ -35,6 +35,29 @@ class Knobs(BaseModel):
     seccomp: Literal["default", "unconfined"] | None = Field(
         None, description="'default': the platform's usual filter; 'unconfined': none")
     threads: int | None = Field(None, ge=1, le=1024, description="torch intra-op threads")
+    # Placement, resolved to cpus/cpuset at plan time and kept in the cell as asked (plan/placement.py).
+    placement: Literal["pinned", "vanilla"] | None = Field(
+        None, description="pinned: a cpuset of N cores; vanilla: a CFS quota of N cores")
+    chr: float | None = Field(None, gt=0, le=1, description="container-to-host core ratio: N = chr × host cores")
+    reserve_idle_cores: int | None = Field(None, ge=0, le=1024, description="host cores kept free of the cell")
+    numa_node: int | None = Field(None, ge=0, le=1024, description="bind the cell's CPUs and memory to a node")
+    # Host power state around the cell, restored after it (runner/hostknobs.py).
+    governor: str | None = Field(None, description="cpufreq scaling governor, e.g. performance")
+    max_freq: str | None = Field(None, description="cpufreq maximum, e.g. 1.8GHz, 1800MHz or kHz")
+    power_mode: int | None = Field(None, ge=0, le=64, description="Jetson nvpmodel mode (nvpmodel -m)")
+    jetson_clocks: bool | None = Field(None, description="Jetson: clocks locked at their maximum")
+    data_mount: Literal["bind", "copy", "volume"] | None = Field(
+        None, description="docker: data set bind-mounted, copied into the writable layer, or a named volume")
+
+    @field_validator("max_freq", mode="before")
+    @classmethod
+    def _max_freq(cls, value: Any) -> Any:
+        from isobench.plan.placement import parse_frequency_khz
+
+        if value is not None:
+            parse_frequency_khz(value)
+            return str(value)
+        return None
 
     @field_validator("cpuset", mode="before")
     @classmethod

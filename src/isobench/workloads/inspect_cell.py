@@ -93,6 +93,16 @@ def mount_of(path: str) -> dict[str, str] | None:
     return best
 
 
+def _cell_data_dir() -> str | None:
+    """The cell's data set path, from the worker's argument (the cell JSON), if any."""
+    import json
+
+    try:
+        return json.loads(sys.argv[1]).get("data_dir")
+    except (IndexError, ValueError, AttributeError):
+        return None
+
+
 def inspect_cell() -> dict[str, object]:
     status = _status_fields()
     cgroups = _cgroup_paths()
@@ -119,4 +129,5 @@ def inspect_cell() -> dict[str, object]:
         "speculation_store_bypass": status.get("Speculation_Store_Bypass"),
         "root_mount": mount_of("/"),
         "executable_mount": mount_of(os.path.realpath(sys.executable)),
+        "data_mount": mount_of(data_dir) if (data_dir := _cell_data_dir()) else None,
     }
