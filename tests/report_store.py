@@ -53,20 +53,26 @@ def expected_e2e(key: str) -> float:
     return sum(v * EFFECT[key].get(p, 1.0) for p, v in BASE.items())
 
 
-def writeback_series(key: str) -> dict[str, list[Any]]:
-    times, inos, index, reasons = [], [], [], []
-    for i in range(60):  # periodic write-backs spread over 10 s, hot pages later
-        times.append(i / 6)
-        inos.append(7)
-        index.append(i if i < 30 else i % 3)
-        reasons.append("periodic" if i % 4 else "background")
+#: the ftrace probe stores the kernel's reason enum: background 0, sync 2, periodic 3
+BACKGROUND, SYNC, PERIODIC = 0, 2, 3
+
+
+def writeback_calls(key: str) -> dict[str, list[Any]]:
+    """One row per write-back call, as the ftrace probe's ``writeback_calls`` series."""
+    times = [i / 6 for i in range(60)]  # spread over 10 s
+    reasons = [PERIODIC if i % 4 else BACKGROUND for i in range(60)]
     if key == "docker":  # a burst of sync write-backs at start and stop
         for t in (0.01, 0.02, 0.03, 9.97, 9.98, 9.99, 10.0):
             times.append(t)
-            inos.append(9)
-            index.append(0)
-            reasons.append("sync")
-    return {"time_s": times, "ino": inos, "index": index, "reason": reasons}
+            reasons.append(SYNC)
+    return {"time_s": times, "reason": reasons}
+
+
+def page_writebacks() -> dict[str, list[Any]]:
+    """One row per written-back page, as ftrace's ``writeback``: all pages early, three hot ones later."""
+    rows = [(i / 6, 7, i if i < 30 else i % 3) for i in range(60)]
+    return {"time_s": [r[0] for r in rows], "ino": [r[1] for r in rows], "index": [r[2] for r in rows],
+            "reason": [PERIODIC] * len(rows)}
 
 
 def probe_outcome(key: str, rep: int) -> ProbeOutcome:
@@ -78,14 +84,19 @@ def probe_outcome(key: str, rep: int) -> ProbeOutcome:
         ("probe.proc.ctx_involuntary", (5000.0 if docker and not pinned else 520.0) + rep * 7, "count"),
         ("probe.proc.page_faults_minor", (2.2e5 if docker else 1.0e5) * (1 + rep * 0.01), "count"),
         ("probe.proc.cpu_pct_mean", 95.0, "%"),
+        ("probe.perf.cell.cycles", (1.5e9 if docker else 1.0e9) * (1 + rep * 0.01), "count"),
+        ("probe.perf.cell.context_switches", 800.0 + rep, "count"),
     ]
+    if docker:
+        metrics.append(("probe.perf.engine.cycles", 2.0e7 + rep, "count"))
     series = {
-        ("ftrace", "writeback"): series_to_ipc(writeback_series(key)),
-        ("pagefault", "sources"): series_to_ipc({
+        ("ftrace", "writeback_calls"): series_to_ipc(writeback_calls(key)),
+        ("ftrace", "writeback"): series_to_ipc(page_writebacks()),
+        ("pagefaults", "ranking"): series_to_ipc({
             "task": ["python", "python", "python", "dockerd"],
             "file": ["/usr/lib/x86_64-linux-gnu/libtorch_cpu.so", "[anon]", "/usr/lib/libc.so.6", "/usr/bin/dockerd"],
-            "symbol": ["_dl_relocate_object", "malloc", "memcpy", "runtime.memmove"],
-            "count": [600 if docker else 100, 300, 200 if docker else 50, 50]}),
+            "function": ["_dl_relocate_object", "malloc", "memcpy", "runtime.memmove"],
+            "faults": [600 if docker else 100, 300, 200 if docker else 50, 50]}),
         ("proc", "samples"): series_to_ipc({"t": [0.0, 0.5, 1.0, 1.5], "cpu_pct": [90.0, 97.0, 99.0, 95.0 + rep],
                                             "rss_bytes": [2.0e8, 2.1e8, 2.2e8 + (3e7 if docker else 0), 2.2e8]}),
     }

@@ -113,7 +113,11 @@ def test_tables_hints_and_warnings_from_known_values(known: Path) -> None:
     faults = views["tab-fault-sources-lenet-train-docker-runc"]
     assert isinstance(faults, Table) and faults.rows[0][2].endswith("libtorch_cpu.so")
     assert views["fig-writeback-heat"].kind == "heatmap"  # type: ignore[union-attr]
-    assert isinstance(views["tab-events"], Skipped) and "perf" in views["tab-events"].reason
+    events = views["tab-events-lenet-train"]
+    assert isinstance(events, Table)
+    daemon = events.columns.index("docker/runc [cpus=1.0]: engine (daemon)")
+    cycles = next(r for r in events.rows if r[0] == "cycles")
+    assert cycles[1] == "1,025,000,000" and cycles[daemon] == "20,000,002"  # bare metal cell; docker's engine
     assert isinstance(views["fig-energy"], Skipped)
     pinning = views["tab-pinning-lenet-train"]
     assert isinstance(pinning, Table) and pinning.rows[0][0] == "docker/runc"
@@ -182,3 +186,15 @@ def test_compare_cli_same_statistics_and_refusal(tmp_path: Path) -> None:
     forced = run_cli("compare", str(a), str(c), "--force")
     assert forced.returncode == 0, forced.stderr
     assert "only the shared workloads are compared" in forced.stdout and "big" not in forced.stdout.split("note:")[0]
+
+
+def test_replication_studies_load_and_name_their_paper() -> None:
+    from isobench.plan import expand
+    from isobench.report.replication import REPLICATIONS
+    from isobench.study.loader import builtin_studies, load_study
+
+    for name in REPLICATIONS:
+        assert name in builtin_studies()
+        study, text, _ = load_study(name)
+        assert study.name == name and expand(study)
+        assert any(p.label == "aa" for p in study.platforms)  # every replication measures its noise floor

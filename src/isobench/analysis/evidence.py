@@ -49,11 +49,18 @@ def group_label(group: Group, with_workload: bool = False) -> str:
 
 
 def is_pinned(knobs: dict[str, Any]) -> bool:
+    """Pinned: ``placement: pinned``, or a cpuset given directly."""
+    if knobs.get("placement") is not None:
+        return knobs["placement"] == "pinned"
     return knobs.get("cpuset") is not None
 
 
 def core_count(knobs: dict[str, Any]) -> float | None:
-    """Cores a cell was given: its quota, else its cpuset size."""
+    """Cores a cell was given: a pinned cell's cpuset size, else its quota, else its cpuset size."""
+    if is_pinned(knobs) and knobs.get("cpuset") is not None:
+        from isobench.hostinfo import parse_cpu_list
+
+        return float(len(parse_cpu_list(str(knobs["cpuset"]))))
     if knobs.get("cpus") is not None:
         return float(knobs["cpus"])
     if knobs.get("cpuset") is not None:
@@ -138,7 +145,23 @@ INO = (r"ino", r"inode")
 PAGE_INDEX = (r"index", r"page_index", r"pgoff")
 FILE = (r"file", r"path", r"mapping")
 SYMBOL = (r"symbol", r"function", r"location", r"sym")
-CPU_UTIL = (r"cpu_percent", r"cpu_pct", r"cpu_util.*", r"cpu")
-GPU_UTIL = (r"gpu_util.*", r"util(ization)?_gpu", r"gpu_percent", r"utilization", r"util")
+CPU_UTIL = (r"cpu_pct", r"cpu_percent", r"cpu_util.*", r"cpu")
+GPU_UTIL = (r"util_pct", r"gpu_util.*", r"util(ization)?_gpu", r"gpu_percent", r"utilization", r"util")
 POWER = (r"power_w", r"power_watts", r"power", r"watts")
-RSS = (r"rss_bytes", r"rss", r"memory_bytes", r"mem_used_bytes")
+RSS = (r"rss_bytes", r"rss")
+
+
+def reason_names(values: list[Any]) -> list[str]:
+    """Write-back reasons as names; the ftrace probe stores the kernel's enum as small integers."""
+    try:
+        from isobench.probes.ftrace_parse import REASONS
+    except ImportError:  # the probe is optional: the kernel's order (include/trace/events/writeback.h)
+        REASONS = ("background", "vmscan", "sync", "periodic", "laptop_timer", "fs_free_space",  # noqa: N806
+                   "forker_thread", "foreign_flush")
+    names = []
+    for value in values:
+        if isinstance(value, int) and not isinstance(value, bool):
+            names.append(REASONS[value] if 0 <= value < len(REASONS) else "unknown")
+        else:
+            names.append(str(value))
+    return names

@@ -6,12 +6,13 @@ the figure or table that shows it. No evidence, no hint.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 from isobench.analysis import evidence as ev
 from isobench.analysis.compare import Comparison, phase_attribution
-from isobench.analysis.views import WRITEBACK_ROLES, Context, shared_library_share
+from isobench.analysis.views import Context, shared_library_share, writeback_series
 
 
 @dataclass
@@ -114,17 +115,17 @@ def fetch_stall(ctx: Context) -> list[Hint]:
 
 
 def sync_writebacks(ctx: Context) -> list[Hint]:
-    found = ev.series_with(ctx.store, WRITEBACK_ROLES)
+    found = writeback_series(ctx)
     if found is None:
         return []
-    _, _, tables, roles = found
+    tables, roles = found
     edge: dict[tuple[str, str], list[int]] = {}
     for cell_id, table in tables.items():
         info = ctx.cells.get(cell_id)
         if info is None or table.num_rows == 0:
             continue
         times = table.column(roles["time"]).to_pylist()
-        reasons = [str(r) for r in table.column(roles["reason"]).to_pylist()]
+        reasons = ev.reason_names(table.column(roles["reason"]).to_pylist())
         t0, t1 = min(times), max(times)
         span = (t1 - t0) or 1.0
         syncs = [t for t, r in zip(times, reasons, strict=True) if r == "sync"]
@@ -153,7 +154,8 @@ def sync_writebacks(ctx: Context) -> list[Hint]:
 
 def shared_library_faults(ctx: Context) -> list[Hint]:
     hints = []
-    for c in ctx.comparisons:
+    seen: set[str] = set()
+    for c in sorted(ctx.comparisons, key=lambda c: ("perf.cell" not in c.metric, c.metric)):
         if c.is_aa or not c.significant or c.ratio < 1.1:
             continue
         if not (c.metric.startswith("probe.") and re.search(r"fault|pgfault", c.metric)
@@ -163,6 +165,10 @@ def shared_library_faults(ctx: Context) -> list[Hint]:
         if share is None or share[0] < 0.2:
             continue
         table_id = f"tab-fault-sources-{c.workload}-{c.platform}".replace("/", "-")
+        key = json.dumps([c.workload, c.label, c.knobs, c.params], sort_keys=True)
+        if key in seen:  # one hint per platform entry, however many probes counted faults
+            continue
+        seen.add(key)
         knobs = f" [{_knobs(c.knobs)}]" if _knobs(c.knobs) else ""
         hints.append(Hint("shared-library-faults",
                           f"{c.workload} on {c.platform}{knobs}: {c.ratio:.2f}× the page faults of {c.baseline} "

@@ -113,7 +113,7 @@ def phase_views(ctx: Context) -> list[View]:
     for workload, groups in sorted(by_workload.items()):
         groups = _ordered(ctx, groups)
         phases = sorted({m.removeprefix("phase.") for g in groups for m in g.metrics if m.startswith("phase.")})
-        if not phases:
+        if not phases or KERNEL_RE.search(workload):  # a kernel workload's phases are its shapes (kernel_views)
             continue
         labels = [ev.group_label(g) for g in groups]
         keys = [g.platform_key for g in groups]
@@ -151,8 +151,11 @@ def _stacked(fig_id: str, title: str, paper: str, labels: list[str], keys: list[
 KERNEL_RE = re.compile(r"gemm|conv|rnn|gru|lstm-cell|kernel|allreduce|all-reduce|bandwidth|launch")
 
 
-def _variant(c: Comparison, varying: dict[str, set[str]]) -> str:
-    return c.workload
+def variant_text(ctx: Context, workload: str, params: dict[str, Any]) -> str:
+    """The parameters that set this variant apart from the workload's other variants (a sweep)."""
+    variants = [g.params for g in ctx.groups if g.workload == workload]
+    varying = sorted({k for v in variants for k in v if any(o.get(k) != v.get(k) for o in variants)})
+    return ", ".join(f"{k}={params.get(k)}" for k in varying)
 
 
 def ratio_views(ctx: Context) -> list[View]:
@@ -160,32 +163,41 @@ def ratio_views(ctx: Context) -> list[View]:
     if not e2e:
         return [Skipped("fig-ratios", "E2E time relative to the baseline", "all studies",
                         "no comparison has two or more repetitions on both sides")]
-    labels = [f"{c.workload}: {c.platform}" + (f" [{_knobs(c.knobs)}]" if _knobs(c.knobs) else "") +
-              (" (A/A)" if c.is_aa else "") for c in e2e]
+    labels = []
+    for c in e2e:
+        variant = variant_text(ctx, c.workload, c.params)
+        labels.append(f"{c.workload}" + (f" ({variant})" if variant else "") + f": {c.platform}" +
+                      (f" [{_knobs(c.knobs)}]" if _knobs(c.knobs) else "") + (" (A/A)" if c.is_aa else ""))
     fig = Figure("fig-ratios", "E2E time per item relative to the baseline, 95% CIs (grey band: A/A noise floor)",
                  "all studies", "forest",
                  {"labels": labels, "keys": [c.label for c in e2e], "ratio": [c.ratio for c in e2e],
                   "low": [c.ci_low for c in e2e], "high": [c.ci_high for c in e2e],
                   "floor": [c.noise_floor for c in e2e], "xlabel": "time relative to the baseline (×)"})
-    views: list[View] = [fig]
-    kernels = [c for c in e2e if KERNEL_RE.search(c.workload) and not c.is_aa]
-    if kernels:
-        rows = [[c.workload, _params_text(ctx, c), c.platform, _secs(c.baseline_mean), _secs(c.mean),
-                 f"{c.ratio:.3f}", f"{c.ci_low:.3f}–{c.ci_high:.3f}"] for c in kernels]
-        views.append(Table("tab-kernels", "Kernel time, host vs container, per kernel and shape",
-                           f"{SJ}, Figs. 5–9", ["kernel", "shape", "platform", "host", "platform time", "×", "95% CI"],
-                           rows))
-    return views
+    return [fig, *kernel_views(ctx)]
 
 
-def _params_text(ctx: Context, c: Comparison) -> str:
-    group = next((g for g in ctx.groups if g.workload == c.workload and g.platform_key == c.label
-                  and g.knobs == c.knobs), None)
-    if group is None:
-        return ""
-    return ", ".join(f"{k}={v}" for k, v in sorted(group.params.items()) if k in ("m", "n", "k", "shape", "kernel",
-                                                                                  "cell", "hidden", "batch_size",
-                                                                                  "size", "op"))
+def kernel_views(ctx: Context) -> list[View]:
+    """Siddaramanna & John: each kernel and shape (a kernel workload's phases) on the host vs a platform."""
+    kernels = [c for c in ctx.comparisons if KERNEL_RE.search(c.workload) and c.metric.startswith("phase.")
+               and not c.is_aa and not c.emulated and c.ci_low is not None]
+    if not kernels:
+        return [Skipped("tab-kernels", "Kernel time, host vs container, per kernel and shape", f"{SJ}, Figs. 5–9",
+                        "no kernel workload (kernel-gemm, kernel-conv, kernel-rnn, ...) in the study")]
+    kernels.sort(key=lambda c: (c.workload, c.metric, c.platform))
+    rows = [[c.workload, c.metric.removeprefix("phase."), c.platform + (f" [{_knobs(c.knobs)}]" if _knobs(c.knobs)
+                                                                         else ""),
+             _secs(c.baseline_mean), _secs(c.mean), f"{c.ratio:.3f}", f"{c.ci_low:.3f}–{c.ci_high:.3f}",
+             c.effect if c.significant_holm else "not resolved"] for c in kernels]
+    table = Table("tab-kernels", "Kernel time, host vs platform, per kernel and shape", f"{SJ}, Figs. 5–9",
+                  ["workload", "kernel and shape", "platform", "host", "platform", "×", "95% CI", "effect"], rows,
+                  note="Holm's correction runs across every kernel and shape of the study")
+    fig = Figure("fig-kernels", "Kernel time relative to the host, per kernel and shape (95% CIs)", f"{SJ}, Figs. 5–9",
+                 "forest", {"labels": [f"{c.metric.removeprefix('phase.')} · {c.platform}" for c in kernels],
+                            "keys": [c.label for c in kernels], "ratio": [c.ratio for c in kernels],
+                            "low": [c.ci_low for c in kernels], "high": [c.ci_high for c in kernels],
+                            "floor": [c.noise_floor for c in kernels],
+                            "xlabel": "kernel time relative to the host (×)"}, table=table)
+    return [fig, table]
 
 
 def _knobs(knobs: dict[str, Any]) -> str:
@@ -273,75 +285,93 @@ def gpu_speedup_views(ctx: Context) -> list[View]:
 
 
 # -- Park & Bahn: perf events, write-backs, page-fault sources --------------------------------
-ENGINE_RE = re.compile(r"(^|\.)(engine|daemon)(\.|_)")
-
-
 def perf_table(ctx: Context) -> list[View]:
+    """Events of the cell's processes, the container engine's, per platform (Park & Bahn's columns:
+    container process, container daemon, host process = the bare-metal cell)."""
     metrics = sorted({m for g in ctx.groups for m in g.metrics if m.startswith("probe.perf.")})
     if not metrics:
         return [Skipped("tab-events", "Events per container process, container daemon and host process",
                         f"{PB}, Table 5", "no perf counters in the store: add `probes: {perf: {}}` to the study")]
-    own = [m for m in metrics if not ENGINE_RE.search(m.removeprefix("probe.perf."))]
-    engine = {ENGINE_RE.sub(r"\1", m.removeprefix("probe.perf."), count=1): m for m in metrics if m not in own}
+    scoped = any(m.startswith("probe.perf.cell.") for m in metrics)
+    prefix = "probe.perf.cell." if scoped else "probe.perf."
+    events = sorted({m.removeprefix(prefix) for m in metrics if m.startswith(prefix)})
     views: list[View] = []
     by_workload: dict[str, list[Group]] = defaultdict(list)
     for g in ctx.groups:
         by_workload[g.workload].append(g)
     for workload, groups in sorted(by_workload.items()):
         groups = _ordered(ctx, groups)
-        columns = ["event"] + [f"{ev.group_label(g)} (cell)" for g in groups]
-        engine_groups = [g for g in groups if any(m in g.metrics for m in engine.values())]
-        columns += [f"{ev.group_label(g)} (daemon)" for g in engine_groups]
+        engine_groups = [g for g in groups if any(m.startswith("probe.perf.engine.") and (ev.mean_of(g, m) or 0) > 0
+                                                  for m in g.metrics)]
+        columns = ["event"] + [f"{ev.group_label(g)}: cell" for g in groups]
+        columns += [f"{ev.group_label(g)}: engine (daemon)" for g in engine_groups]
         rows = []
-        for metric in own:
-            event = metric.removeprefix("probe.perf.")
-            values = [ev.mean_of(g, metric) for g in groups]
-            daemon = [ev.mean_of(g, engine[event]) if event in engine else None for g in engine_groups]
+        for event in events:
+            values = [ev.mean_of(g, prefix + event) for g in groups]
+            daemon = [ev.mean_of(g, f"probe.perf.engine.{event}") for g in engine_groups]
             if all(v is None for v in values):
                 continue
-            rows.append([event, *("" if v is None else _num(v) for v in values + daemon)])
+            rows.append([event.replace("_", "-"), *("" if v is None else _num(v) for v in values + daemon)])
         if rows:
             views.append(Table(f"tab-events-{workload}", f"{workload}: events per cell (mean over repetitions)",
-                               f"{PB}, Table 5", columns, rows))
+                               f"{PB}, Table 5", columns, rows,
+                               note="cell: the workload's processes (on bare metal: Park & Bahn's host process); "
+                                    "engine: dockerd, containerd and shims during the cell"))
     return views
 
 
 WRITEBACK_ROLES = {"time": ev.TIME, "reason": ev.REASON}
 
 
+def writeback_series(ctx: Context) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """Write-back *calls* (one row per kernel write-back, e.g. ftrace's ``writeback_calls``) if stored,
+    else any series with a time and a reason column."""
+    found = ev.all_series_with(ctx.store, WRITEBACK_ROLES)
+    if not found:
+        return None
+    best = next((f for f in found if "call" in f[1]), found[0])
+    return best[2], best[3]
+
+
+def page_series(ctx: Context) -> dict[str, Any] | None:
+    """Per-page write-backs (time, inode, page index), e.g. ftrace's ``writeback``."""
+    found = ev.all_series_with(ctx.store, {"time": ev.TIME, "ino": ev.INO, "index": ev.PAGE_INDEX})
+    return found[0][2] if found else None
+
+
 def writeback_views(ctx: Context) -> list[View]:
-    found = ev.series_with(ctx.store, WRITEBACK_ROLES)
+    found = writeback_series(ctx)
     title9 = "Write-backs by reason, single vs multi-tenant"
     if found is None:
         hint = "no write-back series in the store: add `probes: {ftrace: {}}` to the study"
         return [Skipped("tab-writeback-reasons", title9, f"{PB}, Tables 9–10", hint),
                 Skipped("fig-writeback-intervals", "Write-back call intervals", f"{PB}, Fig. 3", hint),
                 Skipped("fig-writeback-heat", "Write-backs per page over time", f"{PB}, Fig. 4", hint)]
-    _, _, tables, roles = found
+    tables, roles = found
     counts: dict[tuple[str, str, int], Counter[str]] = defaultdict(Counter)
     intervals: dict[tuple[str, str, int], list[float]] = defaultdict(list)
-    per_group_tables: dict[tuple[str, str], list[Any]] = defaultdict(list)
     keys: dict[tuple[str, str, int], str] = {}
     for cell_id, table in tables.items():
         info = ctx.cells.get(cell_id)
-        if info is None or table.num_rows == 0:
+        if info is None:
             continue
         label = ev.entry_label(info.display, info.platform, info.platform_key, info.knobs)
         key = (info.workload, label, info.tenants)
         keys[key] = info.platform_key
-        counts[key].update(str(r) for r in table.column(roles["reason"]).to_pylist())
+        counts[key].update(ev.reason_names(table.column(roles["reason"]).to_pylist()))
         times = sorted(set(table.column(roles["time"]).to_pylist()))
         intervals[key].extend(b - a for a, b in zip(times, times[1:], strict=False))
-        per_group_tables[(info.workload, label)].append(table)
     reasons = sorted({r for c in counts.values() for r in c})
+    main = [r for r in ("background", "periodic", "sync") if r in reasons] + \
+        [r for r in reasons if r not in ("background", "periodic", "sync")]
     rows = []
     for (workload, label, tenants), counter in sorted(counts.items()):
         total = sum(counter.values())
         rows.append([workload, label, "single" if tenants == 1 else f"{tenants} tenants",
-                     *(f"{counter[r]:,} ({counter[r] / total:.1%})" for r in reasons), f"{total:,}"])
+                     *(f"{counter[r]:,} ({counter[r] / total:.1%})" if total else "0" for r in main), f"{total:,}"])
     views: list[View] = [Table("tab-writeback-reasons", title9, f"{PB}, Tables 9–10",
-                               ["workload", "platform", "tenancy", *reasons, "total"], rows,
-                               note="counts summed over repetitions")]
+                               ["workload", "platform", "tenancy", *main, "total"], rows,
+                               note="write-back calls attributed to the cells, summed over repetitions")]
     bars = [(f"{w}: {lbl}" + ("" if t == 1 else f" ×{t}"), statistics.fmean(v), statistics.pstdev(v), keys[(w, lbl, t)])
             for (w, lbl, t), v in sorted(intervals.items()) if v]
     if bars:
@@ -352,13 +382,23 @@ def writeback_views(ctx: Context) -> list[View]:
                              "ylabel": "interval between write-backs (s)"},
                             table=Table("fig-writeback-intervals-data", "", "", ["platform", "mean (s)", "sd (s)"],
                                         [[b[0], f"{b[1]:.3f}", f"{b[2]:.3f}"] for b in bars])))
-    heat = _heat_panels(ctx, per_group_tables)
+    else:
+        views.append(Skipped("fig-writeback-intervals", "Write-back call intervals", f"{PB}, Fig. 3",
+                             "fewer than two write-backs per cell"))
+    pages = page_series(ctx)
+    per_group: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    for cell_id, table in (pages or {}).items():
+        info = ctx.cells.get(cell_id)
+        if info is not None and table.num_rows:
+            per_group[(info.workload, ev.entry_label(info.display, info.platform, info.platform_key,
+                                                     info.knobs))].append(table)
+    heat = _heat_panels(ctx, per_group)
     if heat:
         views.append(Figure("fig-writeback-heat", "Write-backs per page over time (pages ranked by first write-back)",
                             f"{PB}, Fig. 4", "heatmap", {"panels": heat}))
     else:
         views.append(Skipped("fig-writeback-heat", "Write-backs per page over time", f"{PB}, Fig. 4",
-                             "the write-back series carry no inode/page index columns"))
+                             "no per-page write-back series (time, inode, page index) in the store"))
     return views
 
 

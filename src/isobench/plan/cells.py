@@ -85,8 +85,9 @@ def _workload_variants(study: Study) -> list[tuple[str, str, dict[str, Any]]]:
     return variants
 
 
-def expand(study: Study) -> list[Cell]:
-    """All cells of the study in the order they run."""
+def expand(study: Study, repetitions: int | None = None) -> list[Cell]:
+    """All cells of the study in the order they run; ``repetitions`` overrides the measured
+    rounds (adaptive studies grow it; earlier cells keep their ids and order)."""
     from isobench.workloads import WORKLOADS
 
     groups: list[dict[str, Any]] = []
@@ -109,7 +110,8 @@ def expand(study: Study) -> list[Cell]:
 
     probes = default_probe_config() if study.probes is None else study.probes
     cells: list[Cell] = []
-    rounds = [(True, r) for r in range(study.warmup)] + [(False, r) for r in range(study.repetitions)]
+    rounds = [(True, r) for r in range(study.warmup)] + [(False, r) for r in range(
+        study.initial_repetitions if repetitions is None else repetitions)]
     for round_index, (warmup, rep) in enumerate(rounds):
         order = list(range(len(groups)))
         random.Random(f"{study.seed}:{round_index}").shuffle(order)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -157,7 +157,7 @@ class Study(BaseModel):
     platforms: list[PlatformEntry] = Field(min_length=1)
     baseline: str | None = None
     knobs: KnobValues = Field(default_factory=dict)
-    repetitions: int | Literal["auto"] = Field(5, ge=1, le=10_000)
+    repetitions: Annotated[int, Field(ge=1, le=10_000)] | Literal["auto"] = 5
     #: settings for `repetitions: auto` (see isobench.runner.adaptive)
     adaptive: Adaptive | None = None
     warmup: int = Field(1, ge=0, le=100)

@@ -1,0 +1,106 @@
+"""repetitions: auto: stable cell ids, the stopping rule on known values, and a real tiny study."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from isobench.plan import expand
+from isobench.runner.adaptive import cells_to_run, decide
+from isobench.runner.execute import CellOutcome
+from isobench.store import Store
+from isobench.study.loader import load_study_text
+from tests.conftest import need_root, run_cli, write_study
+
+STUDY = """
+name: auto
+workloads: [{name: cpu-spin, params: {iterations: 3, work: 1000}}]
+platforms:
+  - {name: baremetal}
+  - {name: baremetal, label: aa}
+  - {name: docker, label: noisy}
+  - {name: docker, label: quiet}
+repetitions: auto
+adaptive: {target: 0.02, min_repetitions: 3, max_repetitions: 12}
+warmup: 1
+"""
+#: relative noise per group: 'noisy' needs many more repetitions than the others to reach ±2%
+SD = {"baremetal": 0.005, "aa": 0.005, "noisy": 0.02, "quiet": 0.005}
+
+
+def _outcome(cell, value: float) -> CellOutcome:  # type: ignore[no-untyped-def]
+    items = [{"i": 0, "e2e": value, "phases": {"compute": value}}]
+    return CellOutcome(cell=cell, status="ok", exit_code=0, error=None, stderr_tail="", started_at=0.0, wall_s=1.0,
+                       startup_s=0.1, items=items, done={"type": "done", "run_s": value})
+
+
+def _simulate(tmp_path: Path, text: str, seed: int = 0) -> Store:
+    study = load_study_text(text, "auto.yaml", check_host=False)
+    store = Store.create(tmp_path, text, study.name, "auto.yaml", {})
+    rng = random.Random(seed)
+    for cell in cells_to_run(study, expand(study), store, say=lambda _: None):
+        value = 0.01 * math.exp(rng.gauss(0, SD[cell.platform_key]))
+        assert store.record(_outcome(cell, value), cell.platform_key)
+    return store
+
+
+def test_cell_ids_stay_stable_as_rounds_are_added() -> None:
+    study = load_study_text(STUDY, "auto.yaml", check_host=False)
+    assert study.initial_repetitions == 3
+    short, long = expand(study), expand(study, 7)
+    assert [(c.cell_id, c.seq) for c in long[:len(short)]] == [(c.cell_id, c.seq) for c in short]
+    assert {c.rep for c in long if not c.warmup} == set(range(7))
+
+
+def test_adaptive_stops_each_comparison_when_precise_and_says_why(tmp_path: Path) -> None:
+    store = _simulate(tmp_path, STUDY)
+    meta = json.loads(store.meta("adaptive") or "{}")
+    states = {c["label"]: c for c in meta["comparisons"]}
+    assert meta["stopped"] and meta["reason"] == "every comparison reached ±2.0%"
+    assert all(c["half_width"] <= 0.02 for c in meta["comparisons"])
+    # The quiet comparisons stopped at the first check; the noisy one needed more rounds.
+    assert states["quiet"]["reached_at"] == 3 and states["aa"]["reached_at"] == 3
+    assert states["noisy"]["reached_at"] > 3
+    reps = dict(store.conn.execute("SELECT platform_key, COUNT(*) FROM cells WHERE warmup = 0 GROUP BY 1").fetchall())
+    assert reps["quiet"] == reps["aa"] == 3  # stopped groups run no further rounds ...
+    assert reps["noisy"] == reps["baremetal"] == states["noisy"]["reached_at"]  # ... the baseline runs with the rest
+
+
+def test_adaptive_budget_runs_out_and_is_named(tmp_path: Path) -> None:
+    tight = STUDY.replace("target: 0.02", "target: 0.0005").replace("max_repetitions: 12", "max_repetitions: 5")
+    store = _simulate(tmp_path, tight)
+    meta = json.loads(store.meta("adaptive") or "{}")
+    assert meta["reason"] == "the budget of 5 repetitions ran out"
+    assert {c["status"] for c in meta["comparisons"]} == {"budget"}
+    assert store.conn.execute("SELECT MAX(rep) FROM cells").fetchone()[0] == 4
+    # decide() on the finished store gives the same verdict (what --resume relies on)
+    study = load_study_text(tight, "auto.yaml", check_host=False)
+    assert decide(store, study, 5).stop
+
+
+def test_adaptive_schema_errors() -> None:
+    with pytest.raises(Exception, match="repetitions: auto"):
+        load_study_text(STUDY.replace("repetitions: auto", "repetitions: 4"), "x.yaml", check_host=False)
+    with pytest.raises(Exception, match="max_repetitions"):
+        load_study_text(STUDY.replace("max_repetitions: 12", "max_repetitions: 2"), "x.yaml", check_host=False)
+
+
+def test_real_adaptive_study_on_bare_metal(tmp_path: Path, tiny_spin: dict) -> None:
+    need_root()
+    study = {"name": "auto-real", "workloads": [tiny_spin],
+             "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"}],
+             "repetitions": "auto", "adaptive": {"target": 0.0001, "min_repetitions": 2, "max_repetitions": 3},
+             "warmup": 0, "timeout_s": 120}
+    out = tmp_path / "out"
+    result = run_cli("run", str(write_study(tmp_path / "s.yaml", study)), "--out", str(out))
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "adaptive repetitions: stopped after 3 round(s): the budget of 3 repetitions ran out" in result.stdout
+    store = Store.open(out)
+    assert store.conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0] == 6
+    report = run_cli("report", str(out), "--format", "md", "-o", str(tmp_path / "r.md"))
+    assert report.returncode == 0, report.stderr
+    assert "### Adaptive repetitions" in (tmp_path / "r.md").read_text()
