@@ -1,0 +1,111 @@
+"""What the phase timers cost per item, measured in one run.
+
+Three loops of the same items: without timers, with the training loop's PhaseClock (start,
+five laps, stop), and with PhaseClock plus the record written for each item (JSON to a
+null stream, as CellContext.item does). Twice: over empty phases (the timers' own cost),
+and over LeNet-5 minibatches of 8 (the smallest real item in the catalogue), where the
+ratio says what the timers add to a measurement. Best of several rounds, since other
+processes on the machine only ever add time.
+
+    .venv/bin/python benchmarks/bench_phase_timers.py [--items 20000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import time
+from collections.abc import Callable
+
+from isobench.workloads.channel import CellContext
+from isobench.workloads.timing import PhaseClock
+
+PHASES = ("fetch_stall", "forward", "backward", "optimizer", "logging")
+
+
+def best_of(rounds: int, run: Callable[[], None]) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def loops(items: int, work: list[Callable[[], object]]) -> dict[str, Callable[[], None]]:
+    ctx = CellContext(io.StringIO(), {"cell_id": "bench"})
+    clock = PhaseClock()
+
+    def bare() -> None:
+        for _ in range(items):
+            for step in work:
+                step()
+
+    def timed() -> None:
+        for _ in range(items):
+            clock.start()
+            for name, step in zip(PHASES, work, strict=True):
+                step()
+                clock.lap(name)
+            clock.stop()
+
+    def timed_and_recorded() -> None:
+        ctx._stream = io.StringIO()  # a fresh sink each round, so memory does not grow across rounds
+        for _ in range(items):
+            clock.start()
+            for name, step in zip(PHASES, work, strict=True):
+                step()
+                clock.lap(name)
+            ctx.item(*clock.stop())
+
+    return {"no timers": bare, "PhaseClock": timed, "PhaseClock + record": timed_and_recorded}
+
+
+def lenet_work() -> list[Callable[[], object]]:
+    import torch
+
+    from isobench.workloads.nets import build_lenet5
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = build_lenet5()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    state: dict[str, torch.Tensor] = {}
+
+    def forward() -> None:
+        state["loss"] = torch.nn.functional.cross_entropy(model(x), y)
+
+    def backward() -> None:
+        state["loss"].backward()
+
+    def step() -> None:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return [lambda: None, forward, backward, step, lambda: None]
+
+
+def report(title: str, items: int, rounds: int, work: list[Callable[[], object]]) -> None:
+    results = {name: best_of(rounds, run) for name, run in loops(items, work).items()}
+    base = results["no timers"]
+    print(f"\n{title}: {items} items × {len(PHASES)} phases, best of {rounds}")
+    print(f"{'loop':<22}{'µs/item':>12}{'ratio':>9}{'added ns/item':>15}{'added ns/phase':>16}")
+    for name, seconds in results.items():
+        added = (seconds - base) / items * 1e9
+        print(f"{name:<22}{seconds / items * 1e6:>12.3f}{seconds / base:>9.4f}{added:>15.0f}"
+              f"{added / len(PHASES):>16.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    report("empty phases (the timers' own cost)", args.items, args.rounds, [lambda: None] * len(PHASES))
+    report("LeNet-5 minibatches of 8 (forward, backward, SGD step)", max(args.items // 100, 50), args.rounds,
+           lenet_work())
+
+
+if __name__ == "__main__":
+    main()
