@@ -272,7 +272,7 @@ def workloads(names: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP0
         if names and name not in names:
             continue
         # escape: defaults and descriptions hold brackets that rich would take for markup
-        params = "\n".join(escape(f"{key}={field.default}: {field.description or ''}")
+        params = "\n".join(escape(f"{key}={field.get_default(call_default_factory=True)}: {field.description or ''}")
                            for key, field in cls.Params.model_fields.items())
         phases = ", ".join(cls.phases) + (f"\nonce: {', '.join(cls.setup_phases)}" if cls.setup_phases else "")
         table.add_row(name, escape(cls.description), cls.item, phases, params)
