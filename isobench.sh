@@ -8,7 +8,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${ISOBENCH_VENV:-$ROOT/.venv}"
-APT_PACKAGES=(docker.io runc crun runsc trace-cmd linux-perf util-linux procps chromium strace binutils)
+APT_PACKAGES=(docker.io runc crun runsc trace-cmd linux-perf util-linux procps chromium strace binutils podman)
 log() { printf '\033[1m[isobench setup]\033[0m %s\n' "$*" >&2; }
 
 setup_system() {

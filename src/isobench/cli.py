@@ -203,7 +203,8 @@ def doctor() -> None:
     for column in ("platform", "works", "why not / notes", *sorted(ALL_KNOBS)):
         table.add_column(column)
     variants = [("docker", None), ("gvisor", None), ("oci", "runc"), ("oci", "crun"), ("oci", "runsc"),
-                ("baremetal", None)]
+                ("baremetal", None), ("podman", None),
+                *((name, None) for name, _ in PLATFORMS if name.startswith("layer-"))]
     for name, runtime in sorted(variants):
         platform = PLATFORMS.get(name)(PlatformEntry(name=name, runtime=runtime))
         avail = platform.availability()

@@ -10,6 +10,7 @@ PLATFORMS: Registry[Platform] = Registry(
         "isobench.platforms.docker",
         "isobench.platforms.oci",
         "isobench.platforms.layers",
+        "isobench.platforms.podman",
     ],
 )
 
