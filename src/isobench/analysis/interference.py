@@ -23,7 +23,7 @@ from isobench.store import Store
 from isobench.study.loader import load_study_text
 from isobench.study.model import PlatformEntry
 
-WRITEBACK_WORDS = ("writeback", "dirty", "write_back")
+WRITEBACK_WORDS = ("writeback", "dirt", "nr_written")
 
 
 @dataclass
