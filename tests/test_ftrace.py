@@ -271,3 +271,19 @@ def test_strace_fallback_counts_the_same_syscalls() -> None:
         histograms.append(dict(zip(result.series["histogram"]["syscall"], result.series["histogram"]["calls"],
                                    strict=True)))
     assert histograms[0]["getppid"] == histograms[1]["getppid"] == 500
+
+
+def test_tenants_of_a_cell_merge_in_time_order_and_stay_apart() -> None:
+    import pyarrow as pa
+
+    from isobench.nvmsim.from_store import _merge, pages_from_series
+
+    def tenant(times: list[float], tgid: int) -> dict:
+        n = len(times)
+        return pages_from_series(pa.table({"time_s": times, "dev": [1] * n, "ino": [7] * n, "index": list(range(n)),
+                                           "pages": [2] * n, "reason": [3] * n, "tgid": [tgid] * n}))
+
+    merged = _merge([tenant([0.0, 2.0], 100), tenant([1.0, 3.0], 100)])
+    assert merged["time_s"].tolist() == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0]  # folios of 2 pages
+    assert merged["tenant"].tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert merged["index"].tolist() == [0, 1, 0, 1, 1, 2, 1, 2]

@@ -3,8 +3,9 @@
 The probe's ``writeback`` series has one row per dirtied folio that was written back
 (``time_s`` of the write-back, ``ino``, ``index``, ``pages`` in the folio, ``dev``, ``reason``,
 ``tgid``). It becomes a page-granular trace: a folio of N pages is N page write-backs at the
-same time. Tenants are the cell's processes (``tgid``), already merged in time order, so a
-multi-tenant cell replays as one trace.
+same time. The tenants of a multi-tenant cell (cells ``…/t0``, ``…/t1``, … run at once) are
+merged in time order and replay as one trace; each tenant (and each process within a
+single cell) keeps its own ``tenant`` number.
 """
 
 from __future__ import annotations
@@ -42,19 +43,37 @@ def pages_from_series(table: Any) -> dict[str, np.ndarray]:
     return {name: values[order] for name, values in columns.items()}
 
 
+def _merge(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    offset = 0
+    for part in parts:  # tenants stay apart: renumber each part's processes after the previous part's
+        part["tenant"] = (part["tenant"].astype(np.int16) + offset).astype(np.int16)
+        offset = int(part["tenant"].max()) + 1 if len(part["tenant"]) else offset
+    merged = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+    order = np.argsort(merged["time_s"], kind="stable")
+    return {name: values[order] for name, values in merged.items()}
+
+
 def cell_traces(directory: Path, cell: str | None = None) -> list[CellTrace]:
-    """Every stored cell with a captured write-back series (or only ``cell``)."""
+    """Every stored cell with a captured write-back series (or only ``cell``); the tenants of a
+    multi-tenant cell are merged into one (named without the ``/tN`` suffix)."""
+    import re
+
     from isobench.store import Store
 
     store = Store.open(directory)
     try:
         described = {row["cell_id"]: row for row in store.cells(include_warmup=True)}
+        groups: dict[str, list[dict[str, np.ndarray]]] = {}
+        for cell_id, table in sorted(store.series("ftrace", "writeback").items()):
+            group = re.sub(r"/t\d+$", "", cell_id)
+            if cell is None or cell in (cell_id, group):
+                groups.setdefault(group, []).append(pages_from_series(table))
         found = []
-        for cell_id, table in sorted(store.series("ftrace", "writeback", cell).items()):
-            columns = pages_from_series(table)
+        for cell_id, parts in groups.items():
+            columns = _merge(parts) if len(parts) > 1 else parts[0]
             keys = np.rec.fromarrays([columns["dev"], columns["ino"], columns["index"]], names="dev,ino,index")
             trace = Trace.from_columns(columns["time_s"], keys, columns["op"], columns["tenant"])
-            row = described.get(cell_id, {})
+            row = described.get(cell_id) or described.get(f"{cell_id}/t0", {})
             found.append(CellTrace(cell_id, str(row.get("workload_key") or row.get("workload") or ""),
                                    str(row.get("display") or row.get("platform") or ""), columns, trace))
         return found
