@@ -7,6 +7,7 @@ and log entries of level error, evaluates expressions and takes screenshots.
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -31,13 +32,23 @@ class Browser:
         self.profile = tempfile.mkdtemp(prefix="isobench-chromium-")
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
-        # Chromium reads commands on fd 3 and writes replies on fd 4.
+        # Chromium reads commands on fd 3 and writes replies on fd 4. Move the child's ends above
+        # 10 first so placing them on 3 and 4 cannot clobber one with the other.
+        high_r = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD_CLOEXEC, 10)
+        high_w = fcntl.fcntl(from_browser_w, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+
+        def place_pipes() -> None:  # in the child, before exec: dup2 leaves 3 and 4 inheritable
+            os.dup2(high_r, 3)
+            os.dup2(high_w, 4)
+
         self.proc = subprocess.Popen(
             [binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=(3, 4), preexec_fn=lambda: (os.dup2(to_browser_r, 3), os.dup2(from_browser_w, 4)))  # noqa: PLW1509
-        os.close(to_browser_r)
-        os.close(from_browser_w)
+            close_fds=False, preexec_fn=place_pipes)  # noqa: PLW1509
+        os.close(high_r)
+        os.close(high_w)
         self._buffer = b""
         self._next_id = 0
         self.events: list[dict[str, Any]] = []

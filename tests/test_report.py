@@ -110,7 +110,7 @@ def test_tables_hints_and_warnings_from_known_values(known: Path) -> None:
     assert isinstance(reasons, Table) and reasons.columns[3:6] == ["background", "periodic", "sync"]
     docker_row = next(r for r in reasons.rows if r[1] == "docker/runc [cpus=1.0]")
     assert docker_row[5] == "42 (10.4%)" and docker_row[6] == "402"  # 7 sync × 6 repetitions
-    faults = views["tab-fault-sources-lenet-train-docker-runc"]
+    faults = views["tab-fault-sources-lenet-train-docker"]
     assert isinstance(faults, Table) and faults.rows[0][2].endswith("libtorch_cpu.so")
     assert views["fig-writeback-heat"].kind == "heatmap"  # type: ignore[union-attr]
     events = views["tab-events-lenet-train"]
@@ -174,6 +174,7 @@ def test_compare_cli_same_statistics_and_refusal(tmp_path: Path) -> None:
     records = {r["label"]: r for r in json.loads(result.stdout)}
     assert records["docker"]["ratio"] == pytest.approx(1.10, rel=1e-6)
     assert records["docker"]["p_holm"] is not None and records["docker"]["significant"]
+    assert records["docker"]["noise_floor"] == pytest.approx(0.01, abs=0.005)  # each study's own A/A floor
     text = run_cli("compare", str(a), str(b)).stdout
     assert "10.0% slower" in text
     # Different parameters: refused with the reason, unless forced.

@@ -10,7 +10,7 @@ import json
 import statistics
 from dataclasses import dataclass
 
-from isobench.analysis.compare import Comparison, Group, _adjust, load_groups
+from isobench.analysis.compare import Comparison, Group, _adjust, compare, floor_of, load_groups
 from isobench.analysis.stats import METHOD, bootstrap_ratio_ci, effect_words, ratio_ci
 from isobench.errors import UserError
 from isobench.store import Store
@@ -74,6 +74,16 @@ def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, forc
         raise UserError("the two studies share no group (workload, parameters, platform entry and knobs)",
                         fix="compare studies run from the same study file")
     _adjust(results)
+    # The noise floor of a cross-study comparison: the wider of the two studies' own A/A floors.
+    floors: dict[tuple[str, str, str], float] = {}
+    for store in (store_a, store_b):
+        for c in compare(store):
+            width = floor_of(c) if c.is_aa else None
+            if width is not None:
+                key = (c.workload, json.dumps(c.params, sort_keys=True), c.metric)
+                floors[key] = max(floors.get(key, 0.0), width)
+    for c in results:
+        c.noise_floor = floors.get((c.workload, json.dumps(c.params, sort_keys=True), c.metric))
     missing = len(groups_b) - sum(1 for g in groups_b if g.key in index_a)
     if missing:
         notes.append(f"{missing} group(s) of {name_b} have no counterpart in {name_a} (other platforms or knobs)")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from isobench.analysis import evidence as ev
 from isobench.analysis.compare import Comparison, phase_attribution
-from isobench.analysis.views import Context, shared_library_share, writeback_series
+from isobench.analysis.views import Context, fault_table_id, shared_library_share, writeback_series
 
 
 @dataclass
@@ -161,10 +161,10 @@ def shared_library_faults(ctx: Context) -> list[Hint]:
         if not (c.metric.startswith("probe.") and re.search(r"fault|pgfault", c.metric)
                 and not re.search(r"major|majflt", c.metric)):
             continue
-        share = shared_library_share(ctx, c.workload, c.platform)
+        share = shared_library_share(ctx, c.workload, c.label)
         if share is None or share[0] < 0.2:
             continue
-        table_id = f"tab-fault-sources-{c.workload}-{c.platform}".replace("/", "-")
+        table_id = fault_table_id(c.workload, c.label)
         key = json.dumps([c.workload, c.label, c.knobs, c.params], sort_keys=True)
         if key in seen:  # one hint per platform entry, however many probes counted faults
             continue

@@ -66,7 +66,8 @@ def comparison_rows(analysis: Analysis) -> list[list[str]]:
     for c in analysis.shown:
         if c.metric != "e2e":
             continue
-        rows.append([c.workload, c.platform + (" (A/A)" if c.is_aa else "") + (" [emulated]" if c.emulated else ""),
+        entry = c.platform + (f" ({c.label})" if c.label not in c.platform and not c.is_aa else "")
+        rows.append([c.workload, entry + (" (A/A)" if c.is_aa else "") + (" [emulated]" if c.emulated else ""),
                      fmt_knobs(c.knobs), f"{c.n}/{c.n_baseline}", fmt_seconds(c.baseline_mean), fmt_seconds(c.mean),
                      f"{c.ratio:.3f}", _ci(c.ci_low, c.ci_high), _ci(c.boot_low, c.boot_high),
                      "" if c.p_holm is None else f"{c.p_holm:.3g}",
