@@ -159,11 +159,15 @@ def test_report_cli_html_and_markdown(known: Path, tmp_path: Path) -> None:
     for anchor in ("fig-ratios", "fig-minibatch-lenet-train", "tab-writeback-reasons", "fig-writeback-heat"):
         assert f'id="{anchor}"' in text
     assert "1.24× baremetal" in text and "noise floor" in text and "name: known" in text
-    md = run_cli("report", str(known), "--format", "md", "-o", str(tmp_path / "r.md"))
-    assert md.returncode == 0, md.stderr
-    markdown = (tmp_path / "r.md").read_text()
+    from isobench.report.markdown import render_markdown
+
+    markdown = render_markdown(analyse(Store.open(known)))
     assert "| lenet-train | docker/runc | cpus=1.0, threads=1 | 6/6 |" in markdown
     assert "## Root-cause hints" in markdown and "Not measured in this study" in markdown
+    terminal = run_cli("summary", str(known), "--tables")
+    assert terminal.returncode == 0, terminal.stderr
+    assert "(Park & Bahn 2023, Tables 9–10)" in terminal.stdout and "[anon]" in terminal.stdout
+    assert "why:" in terminal.stdout and "warning:" in terminal.stdout
 
 
 def test_compare_cli_same_statistics_and_refusal(tmp_path: Path) -> None:

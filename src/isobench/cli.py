@@ -99,6 +99,9 @@ def plan(study: StudyArg = None) -> None:
 @app.command()
 def summary(directory: Path,
             as_json: Annotated[bool, typer.Option("--json", help="one JSON record per comparison")] = False,
+            tables: Annotated[bool, typer.Option("--tables", help="also the studies' tables (Park & Bahn, "
+                                                               "Prashanthi, Samani & Salehi, Siddaramanna & John)")]
+            = False,
             ) -> None:
     """Print the comparisons of a finished (or interrupted) study."""
     from isobench.analysis.compare import compare
@@ -114,6 +117,11 @@ def summary(directory: Path,
         sys.stdout.write(json.dumps([{k: c.as_dict()[k] for k in fields} for c in comparisons], indent=1) + "\n")
         return
     print_summary(store, comparisons, console)
+    if tables:
+        from isobench.analysis.summary import analyse
+        from isobench.report.terminal import print_views
+
+        print_views(analyse(store), console)
 
 
 class ExportFormat(StrEnum):

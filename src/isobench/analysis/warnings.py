@@ -65,6 +65,12 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
                                       "started: other processes competed for the CPU. Stop them, or run on an "
                                       "idle host; interleaved rounds spread the harm but widen the intervals."))
     names = {m for g in groups for m in g.metrics}
+    start_load = [v for g in groups for v in g.metrics.get("probe.environment.loadavg_1m_start", [])]
+    if start_load and statistics.fmean(start_load) > 0.5 * cores:
+        found.append(Warning_("host", f"the 1-minute load average was {statistics.fmean(start_load):.1f} on average "
+                                      f"when cells started ({cores} cores; environment probe): other work shared the "
+                                      "CPU during the study. Re-run on a quiet host; interleaving spreads the harm "
+                                      "but widens the intervals."))
     host_busy = ev.find_metric(names, r"^probe\.\w+\.host_cpu(_percent|_util)?$", r"^probe\.\w+\.host.*cpu.*(pct|percent|util)")
     own = ev.find_metric(names, r"^probe\.proc\.cpu_percent$", r"^probe\.proc\.cpu.*(mean|avg)")
     if host_busy:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from isobench.analysis.compare import Comparison, phase_attribution
@@ -165,3 +166,26 @@ def print_cross(result: object, console: Console) -> None:
         console.print(sentence(c, comparisons), markup=False, highlight=False)
     for note in result.notes:  # type: ignore[attr-defined]
         console.print(f"[yellow]note:[/] {note}")
+
+
+def print_views(analysis: object, console: Console) -> None:
+    """The studies' tables (and each figure's numbers) in the terminal; what was not measured, in one line each."""
+    from isobench.analysis.views import Figure, Skipped
+    from isobench.analysis.views import Table as ViewTable
+
+    skipped = []
+    for view in analysis.views:  # type: ignore[attr-defined]
+        if isinstance(view, Skipped):
+            skipped.append(view)
+            continue
+        table = view.table if isinstance(view, Figure) else view
+        if not isinstance(table, ViewTable):
+            continue
+        rich_table = Table(title=f"{view.title} ({view.paper})" if view.paper else view.title)
+        for column in table.columns:
+            rich_table.add_column(escape(column))
+        for row in table.rows:
+            rich_table.add_row(*(escape(str(v)) for v in row))  # "[anon]" is a file name, not markup
+        console.print(rich_table)
+    for view in skipped:
+        console.print(f"[dim]not measured: {view.title} ({view.paper}): {view.reason}[/]", highlight=False)
