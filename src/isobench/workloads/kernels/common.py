@@ -187,9 +187,9 @@ class KernelWorkload(Workload):
         raise NotImplementedError
 
     @classmethod
-    def work(cls, params: KernelParams) -> float:
-        """FLOP of one call of every shape (for the time estimate)."""
-        return 0.0
+    def shape_work(cls, params: KernelParams) -> list[float]:
+        """FLOP of one call of each shape (for the time estimate)."""
+        return []
 
     @classmethod
     def item_phases(cls, params: WorkloadParams) -> tuple[str, ...]:
@@ -198,10 +198,9 @@ class KernelWorkload(Workload):
     @classmethod
     def estimate_s(cls, params: WorkloadParams) -> float:
         assert isinstance(params, KernelParams)
-        labels = max(1, len(cls.labels(params)))
-        per_shape = cls.work(params) / labels
-        calls = auto_calls(params.calls, per_shape, AUTO_FLOP)
-        return 3.0 + per_shape * labels * (params.iterations * calls + params.warmup_calls) / NOMINAL_RATE
+        flop = sum(work * (params.iterations * auto_calls(params.calls, work, AUTO_FLOP) + params.warmup_calls)
+                   for work in cls.shape_work(params))
+        return 3.0 + flop / NOMINAL_RATE
 
     def benches(self, params: KernelParams, device: str) -> list[Bench]:
         raise NotImplementedError

@@ -88,8 +88,8 @@ class KernelGemm(KernelWorkload):
         return [s.label for s in params.shape_specs()]
 
     @classmethod
-    def work(cls, params: KernelParams) -> float:
-        return sum(s.flop for s in params.shape_specs())
+    def shape_work(cls, params: KernelParams) -> list[float]:
+        return [s.flop for s in params.shape_specs()]
 
     def benches(self, params: KernelParams, device: str) -> list[Bench]:
         import torch

@@ -90,9 +90,9 @@ class KernelRnn(KernelWorkload):
         return [s.label + suffix for s in params.shape_specs() for suffix in suffixes]
 
     @classmethod
-    def work(cls, params: KernelParams) -> float:
+    def shape_work(cls, params: KernelParams) -> list[float]:
         assert isinstance(params, RnnParams)
-        return sum(s.flop for s in params.shape_specs()) * (3 if params.mode == "train" else 1)
+        return [s.flop * (3 if params.mode == "train" else 1) for s in params.shape_specs()]
 
     def benches(self, params: KernelParams, device: str) -> list[Bench]:
         import torch
