@@ -203,3 +203,14 @@ def test_replication_studies_load_and_name_their_paper() -> None:
         study, text, _ = load_study(name)
         assert study.name == name and expand(study)
         assert any(p.label == "aa" for p in study.platforms)  # every replication measures its noise floor
+
+
+def test_layer_waterfall_joins_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study with layer-* entries gets the isolation-layer module's waterfall as a figure."""
+    study = report_store.STUDY.replace("  - {name: docker, knobs: {cpus: 1.0}}\n", "  - {name: layer-namespaces}\n")
+    monkeypatch.setitem(report_store.EFFECT, "layer-namespaces", {"forward": 1.05})
+    analysis = analyse(Store.open(report_store.build(tmp_path, study_text=study)))
+    waterfall = next(v for v in analysis.views if v.id.startswith("fig-layers-"))
+    assert isinstance(waterfall, Figure) and waterfall.kind == "forest"
+    labels = waterfall.data["labels"]
+    assert labels[0].startswith("full: ") and "layer-namespaces" in labels and labels[-1] == "unexplained"

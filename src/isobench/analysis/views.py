@@ -588,7 +588,8 @@ def plugin_views(ctx: Context) -> list[View]:
 def _waterfall_views(ctx: Context, waterfalls: list[Any]) -> list[View]:
     views: list[View] = []
     for w in waterfalls:
-        entries = [(f"full: {w.full}", w.full, w.full_estimate)]
+        full_key = next((g.platform_key for g in ctx.groups if w.full in (g.display, g.platform_key)), w.full)
+        entries = [(f"full: {w.full}", full_key, w.full_estimate)]
         entries += [(step.layer, step.layer, step.estimate) for step in w.steps]
         if w.remainder is not None:
             entries.append(("unexplained", "", w.remainder))
