@@ -50,7 +50,8 @@ TINY: dict[str, dict[str, Any]] = {
                    "vocab_size": 200, "sync_timing": True, "log_every": 2},
     "image-infer": {"model": "mobilenet_v3_small", "requests": 3, "batch_size": 2, "image_size": 32,
                     "n_images": 6, "source_size": 40, "top_k": 3},
-    "text-infer": {"model": "bert", "requests": 3, "n_samples": 16, "seq_len": 16, "vocab_size": 200},
+    "text-infer": {"model": "bert", "task": "qa", "requests": 3, "n_samples": 16, "seq_len": 24,
+                   "vocab_size": 200},
     "speech-infer": {"model": "rnnt", "requests": 2, "n_files": 2, "seconds": 0.5, "n_mels": 40,
                      "max_symbols": 2},
     # a minimum duration: requests go on past the count until 0.3 s have passed
@@ -180,6 +181,29 @@ def test_tokenizer_is_trained_on_the_corpus(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"\[UNK\]"):
         (tmp_path / "bad.txt").write_text("hello\nworld\n")
         tokenizer_from_vocab(tmp_path / "bad.txt", tmp_path / "x.json")
+
+
+def test_question_answering_maps_the_best_span_back_to_the_passage(tmp_path: Path) -> None:
+    import torch
+
+    from isobench.workloads.infer_text import best_spans, question
+
+    write_text_corpus(tmp_path / "t", 20, 2, 300, seed=4)
+    passage = read_text_samples(tmp_path / "t" / CORPUS_FILE)[5]
+    tokenizer: Any = load_tokenizer(tmp_path / "t", 40, pairs=True)
+    encoding = tokenizer.encode(question(passage), passage)
+    assert encoding.type_ids[0] == 0 and 1 in encoding.type_ids and len(encoding.ids) == 40
+    passage_tokens = [i for i, (t, s) in enumerate(zip(encoding.type_ids, encoding.sequence_ids, strict=True))
+                      if t == 1 and s is not None]
+    first, last = passage_tokens[2], passage_tokens[4]
+    start, end = torch.zeros(1, 40), torch.zeros(1, 40)
+    start[0, first], end[0, last] = 8.0, 8.0
+    start[0, 1], end[0, 2] = 20.0, 20.0  # a stronger span inside the question must not win
+    [(answer, probability)] = best_spans(start, end, [encoding], [passage], max_answer=30)
+    assert answer == passage[encoding.offsets[first][0]:encoding.offsets[last][1]] and answer in passage
+    assert 0 < probability < 1
+    [(short, _)] = best_spans(start, end, [encoding], [passage], max_answer=1)  # spans of one token only
+    assert short in {passage[encoding.offsets[t][0]:encoding.offsets[t][1]] for t in passage_tokens}
 
 
 def test_generated_data_sets_are_real_formats_and_deterministic(tmp_path: Path) -> None:

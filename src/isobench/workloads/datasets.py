@@ -213,17 +213,19 @@ def link_or_copy(source: Path, dest: Path) -> None:
         shutil.copy2(source, dest)
 
 
-def load_tokenizer(directory: Path, seq_len: int) -> object:
+def load_tokenizer(directory: Path, seq_len: int, pairs: bool = False) -> object:
     """The data set's tokenizer, emitting ``[CLS] … [SEP]`` (when it knows them), truncated
-    and padded with [PAD] to ``seq_len``."""
+    and padded with [PAD] to ``seq_len``; with ``pairs``, for (question, passage) pairs."""
     from tokenizers import Tokenizer, processors
 
     tokenizer = Tokenizer.from_file(str(directory / TOKENIZER_FILE))
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     if tokenizer.post_processor is None and cls_id is not None and sep_id is not None:
         tokenizer.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
-    tokenizer.enable_truncation(max_length=seq_len)
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+    # Pairs (question, passage) lose tokens from the passage, never from the question.
+    tokenizer.enable_truncation(max_length=seq_len, strategy="only_second" if pairs else "longest_first")
     pad_id = tokenizer.token_to_id("[PAD]")
     tokenizer.enable_padding(length=seq_len, pad_id=pad_id or 0, pad_token="[PAD]")
     return tokenizer

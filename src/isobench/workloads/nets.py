@@ -61,7 +61,7 @@ LSTM_SIZES = {"tiny": (64, 128, 2), "full": (650, 650, 2)}
 def mobilebert_config(size: str, vocab_size: int, max_len: int, num_labels: int = 2) -> Any:
     from transformers import MobileBertConfig
 
-    if size == "full":  # the published MobileBERT shape (24 layers, 25 M parameters)
+    if size in ("full", "large"):  # the published MobileBERT shape (24 layers, 25 M parameters)
         return MobileBertConfig(vocab_size=vocab_size, max_position_embeddings=max(512, max_len),
                                 num_labels=num_labels)
     return MobileBertConfig(vocab_size=vocab_size, max_position_embeddings=max(64, max_len),
@@ -76,19 +76,27 @@ def bert_config(size: str, vocab_size: int, max_len: int, num_labels: int) -> An
     if size == "full":  # BERT-base
         return BertConfig(vocab_size=vocab_size, max_position_embeddings=max(512, max_len),
                           num_labels=num_labels)
+    if size == "large":  # BERT-large, MLPerf's SQuAD model
+        return BertConfig(vocab_size=vocab_size, max_position_embeddings=max(512, max_len), hidden_size=1024,
+                          num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+                          num_labels=num_labels)
     return BertConfig(vocab_size=vocab_size, max_position_embeddings=max(64, max_len), hidden_size=128,
                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=512,
                       num_labels=num_labels)
 
 
-def build_text_classifier(model: str, size: str, vocab_size: int, max_len: int, num_labels: int) -> nn.Module:
-    if model == "mobilebert":
-        from transformers import MobileBertForSequenceClassification
+def build_text_classifier(model: str, size: str, vocab_size: int, max_len: int, num_labels: int,
+                          task: str = "classify") -> nn.Module:
+    """Sequence classification, or (``task="qa"``) extractive question answering: start and
+    end logits per token, SQuAD's head."""
+    import transformers
 
-        return MobileBertForSequenceClassification(mobilebert_config(size, vocab_size, max_len, num_labels))
-    from transformers import BertForSequenceClassification
-
-    return BertForSequenceClassification(bert_config(size, vocab_size, max_len, num_labels))
+    family = "MobileBert" if model == "mobilebert" else "Bert"
+    num_labels = 2 if task == "qa" else num_labels  # the QA head's two outputs: start and end
+    head = "ForQuestionAnswering" if task == "qa" else "ForSequenceClassification"
+    config = (mobilebert_config(size, vocab_size, max_len, num_labels) if model == "mobilebert"
+              else bert_config(size, vocab_size, max_len, num_labels))
+    return getattr(transformers, family + head)(config)
 
 
 # -- speech ----------------------------------------------------------------------------------
