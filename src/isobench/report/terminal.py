@@ -39,10 +39,19 @@ def noise_floor(comparisons: list[Comparison], workload: str, metric: str) -> Co
     return next((c for c in comparisons if c.is_aa and c.workload == workload and c.metric == metric), None)
 
 
-def sentence(c: Comparison, comparisons: list[Comparison]) -> str:
+def common_knobs(comparisons: list[Comparison]) -> set[str]:
+    """Knobs every comparison shares with the same value (study-wide settings): sentences leave them out."""
+    if not comparisons:
+        return set()
+    first = comparisons[0].knobs
+    return {k for k, v in first.items() if all(c.knobs.get(k) == v for c in comparisons)}
+
+
+def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None = None) -> str:
     """E.g. "docker/runc: resnet-infer e2e 1.07× baremetal (95% CI 1.04–1.10, n=5): 7.0% slower (moderate),
     mostly in inference (80% of the difference); A/A noise floor ±1.2%"."""
-    knobs = f" [{fmt_knobs(c.knobs)}]" if c.knobs else ""
+    shown = {k: v for k, v in c.knobs.items() if k not in (hide or set())}
+    knobs = f" [{fmt_knobs(shown)}]" if shown else ""
     ci = f"95% CI {fmt_ci(c)}" if c.ci_low is not None else "no CI: fewer than 2 repetitions"
     text = f"{c.platform}{knobs}: {c.workload} {c.metric} {c.ratio:.2f}× {c.baseline} ({ci}, n={c.n})"
     if c.significant and c.ci_low is not None:
@@ -67,10 +76,13 @@ def sentence(c: Comparison, comparisons: list[Comparison]) -> str:
 
 
 def headline(comparisons: list[Comparison]) -> list[str]:
-    lines = [sentence(c, comparisons) for c in comparisons if c.metric == "e2e" and not c.is_aa and not c.emulated]
+    hide = common_knobs(comparisons)
+    lines = [sentence(c, comparisons, hide) for c in comparisons
+             if c.metric == "e2e" and not c.is_aa and not c.emulated]
     for c in comparisons:
         if c.metric == "cell.startup" and c.significant and not c.is_aa and not c.emulated:
-            knobs = f" [{fmt_knobs(c.knobs)}]" if c.knobs else ""
+            shown = {k: v for k, v in c.knobs.items() if k not in hide}
+            knobs = f" [{fmt_knobs(shown)}]" if shown else ""
             lines.append(f"{c.platform}{knobs} ({c.workload}): starting a cell takes {c.mean:.2f} s vs {c.baseline_mean:.2f} s on "
                          f"{c.baseline} ({c.ratio:.1f}×, 95% CI {fmt_ci(c)}); not part of e2e")
     return lines
