@@ -226,6 +226,24 @@ def test_generated_data_sets_are_real_formats_and_deterministic(tmp_path: Path) 
         assert a == b != c, kind
 
 
+def test_criteo_tsv_and_headed_csv_parse_alike(tmp_path: Path) -> None:
+    from isobench.workloads.datapath import check
+    from isobench.workloads.datasets import recsys_layout
+    from isobench.workloads.infer_recsys import parse_rows
+
+    counts, hashes = ["3", "", *["1"] * 11], ["68fd1e64", "", *["0b153874"] * 24]
+    tsv = "\t".join(["1", *counts, *hashes])
+    delimiter, dense, sparse, header = recsys_layout(tsv + "\n")
+    assert (delimiter, dense, sparse, header) == ("\t", list(range(1, 14)), list(range(14, 40)), False)
+    [row], [cats] = parse_rows([tsv], dense, sparse, 1000, delimiter)
+    assert row[:2] == [math.log1p(3), 0.0] and cats[:2] == [0x68FD1E64 % 1000, 0]
+    (tmp_path / "train.txt").write_text(tsv + "\n")
+    check("csv", str(tmp_path / "train.txt"))  # accepted as a data_path
+    headed = ",".join(["label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))])
+    delimiter, dense, sparse, header = recsys_layout(headed)
+    assert header and parse_rows([tsv.replace("\t", ",")], dense, sparse, 1000, delimiter) == ([row], [cats])
+
+
 def test_log_mel_features_put_a_tone_in_its_band() -> None:
     from isobench.workloads.infer_speech import hz_to_mel, log_mel, mel_filterbank
 

@@ -26,7 +26,7 @@ from isobench.workloads.datasets import (
     _find_idx,
     _generate_atomically,
     link_or_copy,
-    recsys_columns,
+    recsys_layout,
 )
 
 #: kind -> what the path must be, for error messages
@@ -36,7 +36,8 @@ KINDS = {
     "imagefolder": "an ImageFolder tree: one folder per class holding JPEG/PNG files",
     "text": "a UTF-8 text file, one sample per line",
     "wav": "a directory of .wav files (PCM)",
-    "csv": "a CSV file with a header naming dense columns I1.. and categorical columns C1.. (and label)",
+    "csv": "a CSV file with a header naming dense columns I1.. and categorical columns C1.. (and label), "
+           "or Criteo's tab-separated train.txt",
 }
 
 
@@ -79,7 +80,7 @@ def check(kind: str, path: str) -> None:
             raise DataPathError(kind, path, "holds only blank lines")
         if kind == "csv":
             try:
-                recsys_columns(text.splitlines()[0].strip().split(","))
+                recsys_layout(text.splitlines()[0])
             except ValueError as err:
                 raise DataPathError(kind, path, str(err)) from None
         return

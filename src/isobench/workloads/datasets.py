@@ -389,5 +389,21 @@ def recsys_columns(header: list[str]) -> tuple[list[int], list[int]]:
     dense = [i for i, name in enumerate(header) if name[:1] == "I" and name[1:].isdigit()]
     sparse = [i for i, name in enumerate(header) if name[:1] == "C" and name[1:].isdigit()]
     if not dense or not sparse:
-        raise ValueError(f"CSV header {','.join(header[:6])}...: needs dense columns I1.. and categorical C1..")
+        raise ValueError(f"CSV header {','.join(header[:6])}...: needs dense columns I1.. and categorical C1.. "
+                         "(or Criteo's header-less tab-separated label, 13 counts, 26 hashes)")
     return dense, sparse
+
+
+CRITEO_COLUMNS = 1 + 13 + 26
+
+
+def recsys_layout(first_line: str) -> tuple[str, list[int], list[int], bool]:
+    """(delimiter, dense columns, categorical columns, whether the first line is a header) of a
+    CSV with an ``I1..,C1..`` header, or of Criteo's own header-less TSV (as in its Kaggle
+    and Terabyte releases: label, 13 integer features, 26 hexadecimal hashes)."""
+    delimiter = "\t" if "\t" in first_line else ","
+    fields = first_line.rstrip("\r\n").split(delimiter)
+    if delimiter == "\t" and len(fields) == CRITEO_COLUMNS and fields[0] in ("0", "1"):
+        return delimiter, list(range(1, 14)), list(range(14, CRITEO_COLUMNS)), False
+    dense, sparse = recsys_columns(fields)
+    return delimiter, dense, sparse, True

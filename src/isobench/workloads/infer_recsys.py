@@ -1,4 +1,5 @@
-"""dlrm-infer: end-to-end click-through prediction with a small DLRM over a Criteo-style CSV.
+"""dlrm-infer: end-to-end click-through prediction with a small DLRM over a Criteo-style CSV
+(or Criteo's own tab-separated ``train.txt``, given by ``data_path``).
 
 Per request (``batch_size`` impressions): ``preprocess`` (parse the CSV rows, log-transform
 the dense counts, hash each categorical value into its embedding table, as MLPerf's DLRM
@@ -21,7 +22,7 @@ from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload
 from isobench.workloads.channel import CellContext
 from isobench.workloads.datapath import check, fingerprint, materialise
-from isobench.workloads.datasets import RECSYS_FILE, recsys_columns, write_recsys_csv
+from isobench.workloads.datasets import RECSYS_FILE, recsys_layout, write_recsys_csv
 from isobench.workloads.inference import INFER_PHASES, INFER_SETUP, InferParams, infer_loop
 from isobench.workloads.timing import resolve_device
 
@@ -43,11 +44,11 @@ class DlrmInferParams(InferParams):
         return self
 
 
-def parse_rows(lines: list[str], dense_cols: list[int], sparse_cols: list[int], table_size: int
-               ) -> tuple[list[list[float]], list[list[int]]]:
+def parse_rows(lines: list[str], dense_cols: list[int], sparse_cols: list[int], table_size: int,
+               delimiter: str = ",") -> tuple[list[list[float]], list[list[int]]]:
     """Dense: log(1 + max(x, 0)), missing = 0; categorical: hexadecimal hash mod the table size."""
     dense, sparse = [], []
-    for row in csv.reader(lines):
+    for row in csv.reader(lines, delimiter=delimiter):
         dense.append([math.log1p(max(float(row[i]), 0.0)) if row[i] else 0.0 for i in dense_cols])
         sparse.append([int(row[i], 16) % table_size if row[i] else 0 for i in sparse_cols])
     return dense, sparse
@@ -94,8 +95,9 @@ class DlrmInfer(Workload):
         device = resolve_device(params.device)
         assert ctx.data_dir is not None, "dlrm-infer needs its data set"
         with ctx.setup("data_load"):
-            header, *lines = (ctx.data_dir / RECSYS_FILE).read_text().splitlines()
-            dense_cols, sparse_cols = recsys_columns(header.split(","))
+            lines = (ctx.data_dir / RECSYS_FILE).read_text().splitlines()
+            delimiter, dense_cols, sparse_cols, has_header = recsys_layout(lines[0])
+            lines = lines[1:] if has_header else lines
             if not lines:
                 raise ValueError(f"{ctx.data_dir / RECSYS_FILE}: no rows after the header")
         with ctx.setup("model_load"):
@@ -105,7 +107,7 @@ class DlrmInfer(Workload):
         def preprocess(index: int) -> tuple[Any, Any]:
             start = index * params.batch_size
             rows = [lines[(start + i) % len(lines)] for i in range(params.batch_size)]
-            dense, sparse = parse_rows(rows, dense_cols, sparse_cols, params.table_size)
+            dense, sparse = parse_rows(rows, dense_cols, sparse_cols, params.table_size, delimiter)
             return (torch.tensor(dense, dtype=torch.float32).to(device, non_blocking=True),
                     torch.tensor(sparse, dtype=torch.long).to(device, non_blocking=True))
 
