@@ -49,7 +49,7 @@ TINY: dict[str, dict[str, Any]] = {
     "text-train": {"model": "mobilebert", "epochs": 1, "batch_size": 4, "n_samples": 16, "seq_len": 16,
                    "vocab_size": 200, "sync_timing": True, "log_every": 2},
     "image-infer": {"model": "mobilenet_v3_small", "requests": 3, "batch_size": 2, "image_size": 32,
-                    "n_images": 6, "source_size": 40, "top_k": 3},
+                    "n_images": 6, "source_size": 40, "top_k": 3, "preload": True},
     "text-infer": {"model": "bert", "task": "qa", "requests": 3, "n_samples": 16, "seq_len": 24,
                    "vocab_size": 200},
     "speech-infer": {"model": "rnnt", "requests": 2, "n_files": 2, "seconds": 0.5, "n_mels": 40,

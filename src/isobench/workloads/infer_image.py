@@ -1,7 +1,7 @@
 """image-infer: end-to-end image classification over image files on disk.
 
-Per request: ``preprocess`` (read ``batch_size`` files, decode, resize, normalize; LeNet
-gets 28×28 grey), ``inference`` (the forward pass), ``postprocess`` (softmax, top-k,
+Per request: ``preprocess`` (read ``batch_size`` files, or take them from memory with
+``preload``; decode, resize, normalize; LeNet gets 28×28 grey), ``inference`` (the forward pass), ``postprocess`` (softmax, top-k,
 label mapping through the data set's labels.txt or its class folder names). Models:
 ResNet-50 (Samani & Salehi's and Prashanthi et al.'s), ResNet-18, MobileNetV3 large and
 small (torchvision, random weights) and LeNet-5.
@@ -38,6 +38,8 @@ class ImageInferParams(InferParams):
     n_images: int = Field(64, ge=1, le=10_000_000, description="JPEG files in the generated data set")
     source_size: int = Field(96, ge=16, le=4096, description="size of the generated JPEG files")
     n_classes: int = Field(10, ge=1, le=100_000, description="classes of the generated data set")
+    preload: bool = Field(False, description="read every file into memory at data_load (Prashanthi et al.'s "
+                                             "images already in memory): preprocess only decodes")
 
     @model_validator(mode="after")
     def _top_k_fits(self) -> ImageInferParams:
@@ -56,14 +58,15 @@ class ImagePreprocess:
         self.mean = torch.tensor(MEAN[:channels]).view(1, channels, 1, 1)
         self.std = torch.tensor(STD[:channels]).view(1, channels, 1, 1)
 
-    def __call__(self, paths: list[Path]) -> Any:
+    def __call__(self, inputs: list[Path] | list[bytes]) -> Any:
         import numpy as np
         import torch
         from PIL import Image
 
         arrays = []
-        for path in paths:
-            with Image.open(BytesIO(path.read_bytes())) as image:
+        for source in inputs:
+            data = source.read_bytes() if isinstance(source, Path) else source
+            with Image.open(BytesIO(data)) as image:
                 image = image.convert("L" if self.grey else "RGB").resize((self.size, self.size), Image.BILINEAR)
                 arrays.append(np.asarray(image, dtype=np.float32))
         batch = torch.from_numpy(np.stack(arrays)).div_(255.0)
@@ -114,6 +117,7 @@ class ImageInfer(Workload):
         assert ctx.data_dir is not None, "image-infer needs its data set"
         with ctx.setup("data_load"):
             files, classes = list_jpeg_folder(ctx.data_dir)
+            inputs: list[Any] = [path.read_bytes() if params.preload else path for path, _ in files]
         with ctx.setup("model_load"):
             torch.manual_seed(ctx.seed)
             model = build_image_model(params.model, len(classes)).to(device).eval()
@@ -123,6 +127,6 @@ class ImageInfer(Workload):
 
         def load(index: int) -> Any:
             start = index * params.batch_size
-            return preprocess([files[(start + i) % len(files)][0] for i in range(params.batch_size)])
+            return preprocess([inputs[(start + i) % len(inputs)] for i in range(params.batch_size)])
 
         infer_loop(ctx, params, device, load, model, lambda logits: softmax_top_k(logits, classes, k))
