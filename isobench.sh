@@ -8,7 +8,8 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${ISOBENCH_VENV:-$ROOT/.venv}"
-APT_PACKAGES=(docker.io runc crun runsc trace-cmd linux-perf util-linux procps chromium strace binutils podman)
+APT_PACKAGES=(docker.io runc crun runsc trace-cmd linux-perf util-linux procps chromium strace binutils podman
+              qemu-system-x86 busybox-static cpio kmod)
 log() { printf '\033[1m[isobench setup]\033[0m %s\n' "$*" >&2; }
 
 setup_system() {
@@ -66,10 +67,18 @@ start_docker() {
   log "dockerd did not come up; see /var/log/isobench-dockerd.log"; exit 1
 }
 
+setup_vm_guest() {
+  # The VM platforms' guest kernel (Debian's, unpacked into the cache) and initramfs; cached.
+  [[ $EUID -eq 0 ]] || return 0
+  "$VENV/bin/python" -c 'from isobench.platforms.guest import guest_image; guest_image()' ||
+    log "could not prepare the VM guest kernel; the vm platforms will try again when used"
+}
+
 setup() {
   setup_system
   setup_venv
   start_docker
+  setup_vm_guest
 }
 
 cmd="${1:-demo}"

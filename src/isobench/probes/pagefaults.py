@@ -156,7 +156,9 @@ def _symbols(path: str) -> tuple[np.ndarray, np.ndarray, list[str], list[tuple[i
     if not segments or shutil.which("nm") is None:
         return empty
     rows: list[tuple[int, int, str]] = []
-    for args in (["nm", "-S", "--defined-only", path], ["nm", "-D", "-S", "--defined-only", path]):
+    debug = _debug_file(path)  # stripped libraries (libc) keep their full symbols in a -dbg package
+    for args in ([["nm", "-S", "--defined-only", debug]] if debug else []) + [
+            ["nm", "-S", "--defined-only", path], ["nm", "-D", "-S", "--defined-only", path]]:
         try:
             out = subprocess.run(args, capture_output=True, text=True, timeout=60).stdout
         except (OSError, subprocess.TimeoutExpired):
@@ -170,6 +172,21 @@ def _symbols(path: str) -> tuple[np.ndarray, np.ndarray, list[str], list[tuple[i
     rows.sort()
     return (np.array([r[0] for r in rows], dtype=np.uint64), np.array([r[1] for r in rows], dtype=np.uint64),
             [r[2] for r in rows], segments)
+
+
+def _debug_file(path: str) -> str | None:
+    """The separate debug-symbol file of ``path`` (``/usr/lib/debug/.build-id/xx/rest.debug``), if installed."""
+    import re
+
+    try:
+        notes = subprocess.run(["readelf", "-n", path], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"Build ID: ([0-9a-f]{3,})", notes)
+    if not found:
+        return None
+    debug = Path("/usr/lib/debug/.build-id") / found.group(1)[:2] / f"{found.group(1)[2:]}.debug"
+    return str(debug) if debug.exists() else None
 
 
 def _load_segments(path: str) -> list[tuple[int, int, int]]:
