@@ -9,7 +9,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VENV="${ISOBENCH_VENV:-$ROOT/.venv}"
 APT_PACKAGES=(docker.io runc crun runsc trace-cmd linux-perf util-linux procps chromium strace binutils podman
-              qemu-system-x86 busybox-static cpio kmod)
+              qemu-system-x86 busybox-static cpio kmod libc6-dbg)
 log() { printf '\033[1m[isobench setup]\033[0m %s\n' "$*" >&2; }
 
 setup_system() {
