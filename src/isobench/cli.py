@@ -211,7 +211,7 @@ def doctor() -> None:
     for column in ("platform", "works", "why not / notes", *sorted(ALL_KNOBS)):
         table.add_column(column)
     variants = [("docker", None), ("gvisor", None), ("oci", "runc"), ("oci", "crun"), ("oci", "runsc"),
-                ("baremetal", None), ("podman", None),
+                ("baremetal", None), ("podman", None), ("vm", None), ("microvm", None), ("vm-container", None),
                 *((name, None) for name, _ in PLATFORMS if name.startswith("layer-"))]
     for name, runtime in sorted(variants):
         platform = PLATFORMS.get(name)(PlatformEntry(name=name, runtime=runtime))
@@ -228,6 +228,10 @@ def doctor() -> None:
         table.add_row(platform.display(), "[green]yes[/]" if avail.ok else "[red]no[/]", notes.strip("; "),
                       *knob_cells)
     console.print(table)
+    from isobench.platforms.vm import doctor_lines
+
+    for line in doctor_lines():
+        console.print(line)
     from isobench.plan.placement import host_knob_problems
 
     problems = host_knob_problems()

@@ -9,6 +9,7 @@ PLATFORMS: Registry[Platform] = Registry(
         "isobench.platforms.baremetal",
         "isobench.platforms.docker",
         "isobench.platforms.oci",
+        "isobench.platforms.vm",
         "isobench.platforms.layers",
         "isobench.platforms.podman",
     ],

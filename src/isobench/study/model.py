@@ -163,6 +163,8 @@ class Study(BaseModel):
     warmup: int = Field(1, ge=0, le=100)
     seed: int = 0
     timeout_s: float = Field(600.0, gt=0, le=7 * 24 * 3600, description="per-cell timeout")
+    #: VM platforms may run under TCG emulation where KVM does not work (results labelled emulated)
+    allow_emulation: bool = False
     #: probe name -> settings; absent: the default probe set; {} : no probes
     probes: dict[str, dict[str, Any] | None] | None = None
 
@@ -203,6 +205,18 @@ class Study(BaseModel):
             self.adaptive = Adaptive()
         elif self.repetitions != "auto" and self.adaptive is not None:
             raise ValueError("adaptive: is set but repetitions is a number; fix: write `repetitions: auto`")
+        return self
+
+    @model_validator(mode="after")
+    def _pass_allow_emulation(self) -> Study:
+        """Copy the study's ``allow_emulation`` into the options of the platforms that take it
+        (the VMs), so that a cell, which carries its platform entry, can run on its own."""
+        if self.allow_emulation:
+            from isobench.platforms import PLATFORMS
+
+            for entry in self.platforms:
+                if entry.name in PLATFORMS and getattr(PLATFORMS.get(entry.name), "takes_allow_emulation", False):
+                    entry.options.setdefault("allow_emulation", True)
         return self
 
     @property
