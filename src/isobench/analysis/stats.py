@@ -133,3 +133,9 @@ def log_sd(values: list[float]) -> float | None:
     if len(values) < 2 or min(values) <= 0:
         return None
     return math.sqrt(_mean_var([math.log(v) for v in values])[1])
+
+
+def fmt_floor(width: float) -> str:
+    """A noise floor (how far the A/A interval reaches from 1) in words: ±1.2%, or a factor when it
+    is wider than the value itself (two noisy repetitions can give that)."""
+    return f"±{width:.1%}" if width < 1 else f"a factor of {1 + width:.0f}"

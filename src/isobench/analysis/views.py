@@ -159,7 +159,10 @@ def variant_text(ctx: Context, workload: str, params: dict[str, Any]) -> str:
 
 
 def ratio_views(ctx: Context) -> list[View]:
-    e2e = [c for c in ctx.comparisons if c.metric == "e2e" and c.ci_low is not None and not c.emulated]
+    order = {key: i for i, key in enumerate(ctx.platform_order)}
+    e2e = sorted((c for c in ctx.comparisons if c.metric == "e2e" and c.ci_low is not None and not c.emulated),
+                 key=lambda c: (c.workload, json.dumps(c.params, sort_keys=True), order.get(c.label, 99),
+                                json.dumps(c.knobs, sort_keys=True)))
     if not e2e:
         return [Skipped("fig-ratios", "E2E time relative to the baseline", "all studies",
                         "no comparison has two or more repetitions on both sides")]

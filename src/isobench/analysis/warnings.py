@@ -10,7 +10,7 @@ from typing import Any
 from isobench.analysis import evidence as ev
 from isobench.analysis.advisor import repetitions_for_halfwidth
 from isobench.analysis.compare import Comparison, Group
-from isobench.analysis.stats import log_sd
+from isobench.analysis.stats import fmt_floor, log_sd
 
 #: robust z (0.6745·|x − median| / MAD) above which a repetition is an outlier (Iglewicz–Hoaglin)
 OUTLIER_Z = 3.5
@@ -22,6 +22,8 @@ UNSTABLE_SD = 0.10
 class Warning_:
     kind: str
     text: str
+    #: what it is about, for collapsing many warnings of one kind into one line
+    subject: str = ""
 
     def __str__(self) -> str:
         return self.text
@@ -102,7 +104,8 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
         if spread is not None and spread > UNSTABLE_SD:
             found.append(Warning_("unstable", f"{g.workload} on {ev.group_label(g)}: the standard deviation is "
                                               f"{spread:.0%} of the mean between repetitions: the result is "
-                                              "unstable. Tune the host, lengthen each cell, or add repetitions."))
+                                              "unstable. Tune the host, lengthen each cell, or add repetitions.",
+                                  f"{g.workload} on {ev.group_label(g)} {spread:.0%}"))
     for c in comparisons:
         if c.metric != "e2e" or c.is_aa or c.noise_floor is None or c.emulated:
             continue
@@ -118,12 +121,17 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
                     n = repetitions_for_halfwidth(sd_a, sd_b, goal)
                     advice = f" About {n} repetitions per group would resolve ±{goal:.1%} at this noise."
             found.append(Warning_("floor", f"{c.workload} on {c.platform}: the effect ({c.ratio - 1:+.1%}) is "
-                                           f"smaller than the A/A noise floor (±{c.noise_floor:.1%}): it is not "
-                                           f"resolved.{advice}"))
+                                           f"smaller than the A/A noise floor ({fmt_floor(c.noise_floor)}): it is not "
+                                           f"resolved.{advice}", f"{c.workload} on {c.platform} {c.ratio - 1:+.1%}"))
         if c.significant and c.p_holm is not None and c.p_holm >= 0.05:
             found.append(Warning_("holm", f"{c.workload} on {c.platform}: the interval excludes 1 but not after "
                                           f"Holm's correction for the study's comparisons (adjusted p={c.p_holm:.3f}); "
                                           "treat it as a lead, not a finding, or add repetitions."))
+    found = _collapse(found, "unstable", "the spread between repetitions exceeds 10% of the mean in {n} groups "
+                                         "({items}): results are unstable. Tune the host, lengthen each cell, or add "
+                                         "repetitions.")
+    found = _collapse(found, "floor", "{n} effects are smaller than the A/A noise floor ({items}): they are not "
+                                      "resolved. Add repetitions (see the sample-size advisor) or quiet the host.")
     for display in sorted({c.platform for c in comparisons if c.emulated}):
         found.append(Warning_("emulated", f"{display} ran under emulation (no hardware virtualisation): its times "
                                           "measure the emulator, not the platform; its comparisons are left out. "
@@ -138,3 +146,15 @@ def _group(groups: list[Group], workload: str, label: str, knobs: dict[str, Any]
         exact = [g for g in candidates if g.knobs == knobs]
         return (exact or candidates or [None])[0]
     return next((g for g in groups if g.workload == workload and g.platform_key == label and g.knobs == knobs), None)
+
+
+def _collapse(found: list[Warning_], kind: str, template: str, limit: int = 3) -> list[Warning_]:
+    """More than ``limit`` warnings of one kind become one line naming the groups."""
+    same = [w for w in found if w.kind == kind]
+    if len(same) <= limit:
+        return found
+    items = "; ".join(w.subject for w in same)
+    merged = Warning_(kind, template.format(n=len(same), items=items))
+    first = found.index(same[0])
+    rest = [w for w in found if w.kind != kind]
+    return rest[:first] + [merged] + rest[first:]

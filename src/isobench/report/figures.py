@@ -79,23 +79,44 @@ def stacked(data: dict[str, Any], colours: dict[str, str]) -> Any:
 
 
 def forest(data: dict[str, Any], colours: dict[str, str]) -> Any:
+    """Ratios with CIs on a log axis (ratios are multiplicative: 0.5× and 2× sit equally far from 1).
+    Intervals wider than the axis are clipped and drawn with an arrow; the label keeps the true numbers."""
     labels = data["labels"]
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.8 + 0.36 * len(labels)))
     y = list(range(len(labels)))[::-1]
+    ratios = [r for r in data["ratio"] if r and r > 0]
+    span_low = min([*data["low"], *ratios, 0.98])
+    span_high = max([*data["high"], *ratios, 1.02])
+    lo_lim = max(span_low, min(ratios + [1.0]) / 4, 1 / 20)
+    hi_lim = min(span_high, max(ratios + [1.0]) * 4, 20)
+    lo_lim, hi_lim = min(lo_lim, 0.98), max(hi_lim, 1.02)
     for yi, key, ratio, low, high, floor in zip(y, data["keys"], data["ratio"], data["low"], data["high"],
                                                 data["floor"], strict=True):
         if floor:
-            ax.fill_betweenx([yi - 0.4, yi + 0.4], 1 - floor, 1 + floor, color="#dddddd", zorder=0)
+            # symmetric on the log axis: 1/(1+f) to 1+f
+            ax.fill_betweenx([yi - 0.4, yi + 0.4], max(1 / (1 + floor), lo_lim), min(1 + floor, hi_lim), color="#dddddd",
+                             zorder=0)
         colour = colours.get(key, "#333333")
-        ax.plot([low, high], [yi, yi], color=colour, linewidth=2.2)
-        ax.plot([ratio], [yi], "o", color=colour, markersize=6)
-        ax.text(high, yi, f"  {ratio:.3f}× [{low:.3f}, {high:.3f}]", va="center", fontsize=8.5, color="#333333")
+        a, b = max(low, lo_lim), min(high, hi_lim)
+        ax.plot([a, b], [yi, yi], color=colour, linewidth=2.2)
+        if low < lo_lim:
+            ax.plot([a], [yi], marker="<", color=colour, markersize=7)
+        if high > hi_lim:
+            ax.plot([b], [yi], marker=">", color=colour, markersize=7)
+        ax.plot([min(max(ratio, lo_lim), hi_lim)], [yi], "o", color=colour, markersize=6)
+        ax.text(b, yi, f"  {ratio:.3f}× [{low:.3g}, {high:.3g}]", va="center", fontsize=8.5, color="#333333")
     ax.axvline(1.0, color="#555555", linewidth=0.8, linestyle="--")
+    ax.set_xscale("log")
+    ax.set_xlim(lo_lim / 1.02, hi_lim * (hi_lim / lo_lim) ** 0.45)  # room on the right for the labels
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_minor_locator(LogLocator(base=10, subs=tuple(range(1, 10))))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if hi_lim / lo_lim < 1.6 else ""))
     ax.set_yticks(y, labels)
     _colour_ticks(ax, data["keys"], colours)
-    ax.set_xlabel(data["xlabel"])
-    low, high = min(data["low"] + [0.98]), max(data["high"] + [1.02])
-    ax.set_xlim(low - (high - low) * 0.05, high + (high - low) * 0.35)
+    ax.set_xlabel(data["xlabel"] + ", log scale")
     return fig
 
 

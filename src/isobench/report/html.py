@@ -8,6 +8,7 @@ import re
 import time
 from typing import Any
 
+from isobench.analysis.stats import fmt_floor
 from isobench.analysis.summary import Analysis
 from isobench.analysis.views import Figure, Skipped, Table
 from isobench.report import figures
@@ -26,13 +27,15 @@ ul.headline { padding-left: 20px; } ul.headline li { margin: 4px 0; font-size: 1
 .warn { background: #fff6e0; border: 1px solid #f0c36d; } .hint { background: #eaf4ff; border: 1px solid #9cc3ec; }
 .paper { background: #f0f7ee; border: 1px solid #a9d19e; } .skip { color: #666; font-size: 14px; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 13.5px; }
-th, td { border-bottom: 1px solid #e3e3e3; padding: 4px 8px; text-align: left; vertical-align: top; }
+th, td { border-bottom: 1px solid #e3e3e3; padding: 4px 8px; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
+table { max-width: 100%; } figure svg { display: block; max-width: 100%; }
 th { background: #fafafa; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .slower { color: #b42318; font-weight: 600; } .faster { color: #106b36; font-weight: 600; } .same { color: #555; }
 .nowrap { white-space: nowrap; }
 .swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 5px; }
 figure { margin: 12px 0 24px; } figcaption { color: #555; font-size: 13px; }
-pre { background: #f4f4f4; padding: 10px; overflow-x: auto; font-size: 12.5px; }
+pre { background: #f4f4f4; padding: 10px; overflow-x: auto; font-size: 12.5px; white-space: pre-wrap; }
 details summary { cursor: pointer; color: #335; font-size: 13px; }
 nav a { margin-right: 14px; font-size: 14px; }
 """
@@ -71,7 +74,7 @@ def comparison_rows(analysis: Analysis) -> list[list[str]]:
                      fmt_knobs(c.knobs), f"{c.n}/{c.n_baseline}", fmt_seconds(c.baseline_mean), fmt_seconds(c.mean),
                      f"{c.ratio:.3f}", _ci(c.ci_low, c.ci_high), _ci(c.boot_low, c.boot_high),
                      "" if c.p_holm is None else f"{c.p_holm:.3g}",
-                     "-" if c.noise_floor is None else f"±{c.noise_floor:.1%}",
+                     "-" if c.noise_floor is None else fmt_floor(c.noise_floor),
                      c.effect if c.significant else "not resolved"])
     return rows
 

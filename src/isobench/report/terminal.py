@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from isobench.analysis.compare import Comparison, phase_attribution
+from isobench.analysis.stats import fmt_floor
 from isobench.store import Store
 
 
@@ -69,9 +70,9 @@ def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None
                                                              else None)
     if width is not None and not c.is_aa:
         if width > abs(c.ratio - 1):
-            text += f" (below the A/A noise floor of ±{width:.1%}: add repetitions)"
+            text += f" (below the A/A noise floor of {fmt_floor(width)}: add repetitions)"
         else:
-            text += f"; A/A noise floor ±{width:.1%}"
+            text += f"; A/A noise floor {fmt_floor(width)}"
     return text
 
 
@@ -94,7 +95,7 @@ def noise_floor_lines(comparisons: list[Comparison]) -> list[str]:
         if c.is_aa and c.metric == "e2e" and c.ci_low is not None and c.ci_high is not None:
             width = floor_width(c)
             lines.append(f"A/A noise floor for {c.workload}: {c.platform} vs {c.baseline} is {c.ratio:.3f}× "
-                         f"(95% CI {fmt_ci(c)}): effects smaller than ±{width:.1%} are not resolved")
+                         f"(95% CI {fmt_ci(c)}): effects smaller than {fmt_floor(width)} are not resolved")
     return lines
 
 
