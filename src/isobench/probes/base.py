@@ -77,7 +77,8 @@ class ProbeResult:
     metrics: list[tuple[str, float, str]] = field(default_factory=list)
     #: name -> columns (equal-length sequences); stored as an Arrow IPC blob
     series: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: facts worth keeping that are not numbers (what was unsupported, lost events, ...)
+    #: facts worth keeping that are not numbers (what was unsupported, lost events, ...);
+    #: ``child_cpu_s``: CPU seconds the probe's own child processes used (its cost, beside its threads')
     info: dict[str, Any] = field(default_factory=dict)
 
 

@@ -19,13 +19,16 @@ runner dies (PR_SET_PDEATHSIG) and always reaped by ``stop``/``abort``.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import functools
 import os
+import select
 import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ SOFTWARE_EVENTS = ("page-faults", "minor-faults", "major-faults", "context-switc
 HARDWARE_EVENTS = ("cycles", "instructions", "cache-references", "cache-misses", "branch-misses",
                    "mem-loads", "mem-stores")
 STOP_WAIT_S = 5.0
+ENABLE_WAIT_S = 10.0
 PR_SET_PDEATHSIG = 1
 _LIVE: set[subprocess.Popen[bytes]] = set()
 
@@ -126,16 +130,37 @@ def _kill_all_live() -> None:
 atexit.register(_kill_all_live)
 
 
-def _finish(proc: subprocess.Popen[bytes], sig: int) -> None:
-    """Signal a perf process, wait for it, SIGKILL it if it will not go; always reaped."""
-    if proc.poll() is None:
-        try:
+def _finish(proc: subprocess.Popen[bytes], sig: int) -> float:
+    """Signal a perf process, wait for it, SIGKILL it if it will not go; always reaped.
+    Returns the CPU seconds it used (0 when it had already been reaped)."""
+    used = 0.0
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
             proc.send_signal(sig)
-            proc.wait(timeout=STOP_WAIT_S)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait(timeout=STOP_WAIT_S)
+        used = _reap(proc, STOP_WAIT_S)
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            used = _reap(proc, STOP_WAIT_S)
     _LIVE.discard(proc)
+    return used
+
+
+def _reap(proc: subprocess.Popen[bytes], timeout: float) -> float:
+    """Wait for ``proc`` with wait4, which also says how much CPU it used."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere
+            proc.returncode = proc.returncode if proc.returncode is not None else -1
+            return 0.0
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            return 0.0
+        time.sleep(0.01)
 
 
 def cgroup_argument(target: ProbeTarget) -> str | None:
@@ -173,6 +198,8 @@ class PerfProbe(Probe):
         self.workdir = Path(tempfile.mkdtemp(prefix="isobench-perf-", dir="/dev/shm"
                                              if os.path.isdir("/dev/shm") else None))
         self.runs: dict[str, subprocess.Popen[bytes]] = {}
+        self.control: dict[str, tuple[int, int]] = {}
+        self.not_acked: list[str] = []
         self.how: dict[str, str] = {}
         events = ",".join(self.events)
         group = cgroup_argument(target)
@@ -191,20 +218,53 @@ class PerfProbe(Probe):
         if settings.host:
             self._launch("total", ["-a"], events)
             self.how["total"] = "all CPUs"
+        self._enable_all()
 
     def _launch(self, scope: str, where: list[str], events: str) -> None:
+        """Start perf with its counters disabled (-D -1); ``_enable_all`` turns them on together."""
         output = self.workdir / f"{scope}.csv"
-        argv = ["perf", "stat", "-x,", "-o", str(output), "-e", events, *where]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
+        ctl_r, ctl_w = os.pipe()
+        ack_r, ack_w = os.pipe()
+        argv = ["perf", "stat", "-x,", "-o", str(output), "-e", events, "-D", "-1",
+                f"--control=fd:{ctl_r},{ack_w}", *where]
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, start_new_session=True, pass_fds=(ctl_r, ack_w),
+                                    preexec_fn=_die_with_parent)
+        finally:
+            os.close(ctl_r)
+            os.close(ack_w)
         _LIVE.add(proc)
         self.runs[scope] = proc
+        self.control[scope] = (ctl_w, ack_r)
+
+    def _enable_all(self) -> None:
+        """Enable every perf's counters and wait for each to acknowledge: counting has begun
+        when ``start`` returns."""
+        for ctl_w, _ in self.control.values():
+            with contextlib.suppress(OSError):
+                os.write(ctl_w, b"enable\n")
+        deadline = time.monotonic() + ENABLE_WAIT_S
+        for scope, (_, ack_r) in self.control.items():
+            ready, _, _ = select.select([ack_r], [], [], max(0.0, deadline - time.monotonic()))
+            acked = bool(ready) and os.read(ack_r, 16).startswith(b"ack")
+            if not acked:
+                self.not_acked.append(scope)
+        self._close_control()
+
+    def _close_control(self) -> None:
+        for ctl_w, ack_r in getattr(self, "control", {}).values():
+            for fd in (ctl_w, ack_r):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.control = {}
 
     def stop(self) -> ProbeResult:
         counts: dict[str, dict[str, float | None]] = {}
         problems: dict[str, str] = {}
+        child_cpu = 0.0
         for scope, proc in self.runs.items():
-            _finish(proc, signal.SIGINT)  # perf prints its counts on SIGINT
+            child_cpu += _finish(proc, signal.SIGINT)  # perf prints its counts on SIGINT
             output = self.workdir / f"{scope}.csv"
             text = output.read_text() if output.exists() else ""
             parsed = parse_perf_csv(text)
@@ -221,9 +281,12 @@ class PerfProbe(Probe):
                 if value is not None:
                     name = event.replace("-", "_") + ("_s" if event == "task-clock" else "")
                     metrics.append((f"{scope}.{name}", value, "s" if event == "task-clock" else "count"))
-        info: dict[str, Any] = {"scopes": self.how, "events": self.events}
+        info: dict[str, Any] = {"scopes": self.how, "events": self.events, "child_cpu_s": round(child_cpu, 4)}
         if self.unsupported:
             info["unsupported"] = self.unsupported
+        if self.not_acked:
+            problems.update({scope: f"perf did not confirm its counters were enabled within {ENABLE_WAIT_S:g} s"
+                             for scope in self.not_acked if scope not in problems})
         if problems:
             info["problems"] = problems
         scopes = [s for s in ("cell", "engine", "host", "total") if s in counts]
@@ -233,6 +296,7 @@ class PerfProbe(Probe):
         return ProbeResult(metrics=metrics, series=series, info=info)
 
     def _cleanup(self) -> None:
+        self._close_control()
         for proc in getattr(self, "runs", {}).values():
             _finish(proc, signal.SIGKILL)
             if proc.stderr:
