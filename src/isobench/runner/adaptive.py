@@ -109,6 +109,13 @@ def _baseline_knobs(store: Store, c: Any, baseline: str) -> list[dict[str, Any]]
     return [json.loads(r[0]) for r in rows]
 
 
+def _round(cells: list[Cell], rep: int, active: set[str]) -> list[Cell]:
+    """Round ``rep``'s cells of the active groups; a tenant group (cells started together) stays whole."""
+    round_cells = [c for c in cells if c.rep == rep and not c.warmup]
+    tenant_groups = {c.extra.get("tenant_group") for c in round_cells if c.group in active} - {None}
+    return [c for c in round_cells if c.group in active or c.extra.get("tenant_group") in tenant_groups]
+
+
 def finished_rounds(store: Store) -> int:
     row = store.conn.execute("SELECT MAX(rep) FROM cells WHERE warmup = 0").fetchone()
     return 0 if row[0] is None else row[0] + 1
@@ -131,8 +138,7 @@ def cells_to_run(study: Study, plan: list[Cell], store: Store, on_more: Any = No
     if previous and previous.get("active") and rounds > study.initial_repetitions:
         # Resumed mid-round: finish that round's missing cells (the groups it was started for).
         active = set(previous["active"])
-        pending = [c for c in expand(study, rounds) if c.rep == rounds - 1 and not c.warmup
-                   and c.group in active and c.cell_id not in done]
+        pending = [c for c in _round(expand(study, rounds), rounds - 1, active) if c.cell_id not in done]
         if pending and on_more:
             on_more(len(pending))
         yield from pending
@@ -145,8 +151,7 @@ def cells_to_run(study: Study, plan: list[Cell], store: Store, on_more: Any = No
             return
         say(f"adaptive repetitions: round {rounds + 1}: {decision.reason}")
         rounds += 1
-        new = [c for c in expand(study, rounds) if c.rep == rounds - 1 and not c.warmup
-               and c.group in decision.active_groups]
+        new = _round(expand(study, rounds), rounds - 1, decision.active_groups)
         if on_more:
             on_more(len(new))
         yield from new
