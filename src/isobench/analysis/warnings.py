@@ -115,10 +115,14 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
             other = _group(groups, c.workload, c.label, c.knobs)
             advice = ""
             if base and other:
-                sd_a, sd_b = log_sd(other.metrics["e2e"]), log_sd(base.metrics["e2e"])
-                if sd_a is not None and sd_b is not None:
+                # The noisiest of the groups involved, A/A entries included: the floor is set by them too.
+                aa = [g for g in groups if g.workload == c.workload and g.params == c.params and g.reps.get("e2e")
+                      and g.platform_key != baseline_key and g.platform == base.platform]
+                spreads = [log_sd(g.metrics["e2e"]) for g in (other, base, *aa)]
+                known = [sd for sd in spreads if sd is not None]
+                if len(known) >= 2:
                     goal = max(effect, target)
-                    n = repetitions_for_halfwidth(sd_a, sd_b, goal)
+                    n = repetitions_for_halfwidth(max(known), max(known), goal)
                     advice = f" About {n} repetitions per group would resolve ±{goal:.1%} at this noise."
             found.append(Warning_("floor", f"{c.workload} on {c.platform}: the effect ({c.ratio - 1:+.1%}) is "
                                            f"smaller than the A/A noise floor ({fmt_floor(c.noise_floor)}): it is not "

@@ -27,8 +27,9 @@ ul.headline { padding-left: 20px; } ul.headline li { margin: 4px 0; font-size: 1
 .warn { background: #fff6e0; border: 1px solid #f0c36d; } .hint { background: #eaf4ff; border: 1px solid #9cc3ec; }
 .paper { background: #f0f7ee; border: 1px solid #a9d19e; } .skip { color: #666; font-size: 14px; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 13.5px; }
-th, td { border-bottom: 1px solid #e3e3e3; padding: 4px 8px; text-align: left; vertical-align: top;
-         overflow-wrap: anywhere; }
+th, td { border-bottom: 1px solid #e3e3e3; padding: 4px 8px; text-align: left; vertical-align: top; }
+table.wrap td { overflow-wrap: anywhere; }
+.caution { background: #fdecea; border: 1px solid #e8a39b; }
 table { max-width: 100%; } figure svg { display: block; max-width: 100%; }
 th { background: #fafafa; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .slower { color: #b42318; font-weight: 600; } .faster { color: #106b36; font-weight: 600; } .same { color: #555; }
@@ -45,12 +46,13 @@ def esc(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _table(table: Table) -> str:
+def _table(table: Table, klass: str = "") -> str:
     head = "".join(f"<th>{esc(c)}</th>" for c in table.columns)
     body = "".join("<tr>" + "".join(f"<td class=\"{'num' if _numeric(v) else ''}\">{esc(v)}</td>" for v in row)
                    + "</tr>" for row in table.rows)
     note = f"<p class=\"skip\">{esc(table.note)}</p>" if table.note else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+    attr = f" class=\"{klass}\"" if klass else ""
+    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
 
 
 NUMERIC = re.compile(r"^[±+-]?[\d,.]+(e[+-]?\d+)?\s*(×|%|ms|s|µs|J|W)?(\s*\(.*\))?$|^[\d.]+–[\d.]+$")
@@ -64,31 +66,39 @@ def _ci(low: float | None, high: float | None) -> str:
     return "n/a" if low is None or high is None else f"{low:.3f}–{high:.3f}"
 
 
+def ordered(analysis: Analysis) -> list[Any]:
+    """Comparisons by workload, then the study's platform order (A/A entries where they are listed)."""
+    order = {p.key: i for i, p in enumerate(analysis.study.platforms)}
+    return sorted(analysis.shown, key=lambda c: (c.workload, json.dumps(c.params, sort_keys=True),
+                                                 order.get(c.label, 99), json.dumps(c.knobs, sort_keys=True)))
+
+
+def ordered_e2e(analysis: Analysis) -> list[Any]:
+    return [c for c in ordered(analysis) if c.metric == "e2e"]
+
+
 def comparison_rows(analysis: Analysis) -> list[list[str]]:
     rows = []
-    for c in analysis.shown:
-        if c.metric != "e2e":
-            continue
+    for c in ordered_e2e(analysis):
         entry = c.platform + (f" ({c.label})" if c.label not in c.platform and not c.is_aa else "")
         rows.append([c.workload, entry + (" (A/A)" if c.is_aa else "") + (" [emulated]" if c.emulated else ""),
                      fmt_knobs(c.knobs), f"{c.n}/{c.n_baseline}", fmt_seconds(c.baseline_mean), fmt_seconds(c.mean),
                      f"{c.ratio:.3f}", _ci(c.ci_low, c.ci_high), _ci(c.boot_low, c.boot_high),
                      "" if c.p_holm is None else f"{c.p_holm:.3g}",
                      "-" if c.noise_floor is None else fmt_floor(c.noise_floor),
-                     c.effect if c.significant else "not resolved"])
+                     "the noise floor (A/A)" if c.is_aa else c.effect if c.significant_holm else "not resolved"])
     return rows
 
 
-COMPARISON_COLUMNS = ["workload", "platform", "knobs", "n (platform/base)", "baseline", "platform", "×",
+COMPARISON_COLUMNS = ["workload", "platform", "knobs", "n", "baseline", "platform", "×",
                       "95% CI (Welch, logs)", "95% CI (bootstrap)", "p (Holm)", "A/A noise floor", "effect"]
 
 
 def _comparison_table(analysis: Analysis, colours: dict[str, str]) -> str:
     head = "".join(f"<th>{esc(c)}</th>" for c in COMPARISON_COLUMNS)
     body = []
-    e2e = [c for c in analysis.shown if c.metric == "e2e"]
-    for c, row in zip(e2e, comparison_rows(analysis), strict=True):
-        klass = "same" if not c.significant_holm else ("slower" if c.ratio > 1 else "faster")
+    for c, row in zip(ordered_e2e(analysis), comparison_rows(analysis), strict=True):
+        klass = "same" if c.is_aa or not c.significant_holm else ("slower" if c.ratio > 1 else "faster")
         swatch = f"<span class=\"swatch\" style=\"background:{colours.get(c.label, '#999')}\"></span>"
         cells = [f"<td>{esc(row[0])}</td>", f"<td class=\"nowrap\">{swatch}{esc(row[1])}</td>",
                  f"<td>{esc(row[2])}</td>", *(f"<td class=\"num\">{esc(v)}</td>" for v in row[3:11])]
@@ -118,8 +128,14 @@ def render_html(analysis: Analysis) -> str:
                  f"{esc(host.get('kernel', '?'))} · report written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}</p>")
     parts.append("<nav><a href=\"#results\">results</a><a href=\"#warnings\">warnings</a><a href=\"#hints\">hints</a>"
                  "<a href=\"#figures\">figures</a><a href=\"#host\">host</a><a href=\"#study\">study file</a></nav>")
-    parts.append("<h2 id=\"results\">Headline</h2><ul class=\"headline\">")
-    lines = headline(analysis.shown)
+    parts.append("<h2 id=\"results\">Headline</h2>")
+    host_warnings = [w for w in analysis.warnings if w.kind == "host"]
+    if host_warnings:
+        parts.append(f"<div class=\"box caution\"><b>Caution:</b> {len(host_warnings)} warning(s) about the host "
+                     "(load, frequency scaling): differences below may reflect the host rather than the platforms. "
+                     "See <a href=\"#warnings\">warnings</a>.</div>")
+    parts.append("<ul class=\"headline\">")
+    lines = headline(ordered(analysis))
     parts.extend(f"<li>{esc(line)}</li>" for line in lines or ["no comparison yet: the study has no finished "
                                                                "cells on both a platform and the baseline"])
     parts.append("</ul>")
@@ -189,7 +205,7 @@ def render_html(analysis: Analysis) -> str:
         parts.extend(f"<li>{esc(line)}</li>" for line in analysis.failures[:50])
         parts.append("</ul>")
     parts.append("<h2 id=\"host\">Host fingerprint</h2>")
-    parts.append(_table(Table("host", "", "", ["key", "value"], _fingerprint_rows(host))))
+    parts.append(_table(Table("host", "", "", ["key", "value"], _fingerprint_rows(host)), klass="wrap"))
     parts.append(f"<h2 id=\"study\">Study file</h2><pre>{esc(analysis.study_text)}</pre>")
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

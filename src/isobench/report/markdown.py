@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from isobench.analysis.summary import Analysis
 from isobench.analysis.views import Figure, Skipped, Table
-from isobench.report.html import COMPARISON_COLUMNS, comparison_rows
+from isobench.report.html import COMPARISON_COLUMNS, comparison_rows, ordered
 from isobench.report.replication import replication
 from isobench.report.terminal import fmt_knobs, headline
 
@@ -21,7 +21,10 @@ def md_table(columns: list[str], rows: list[list[str]]) -> str:
 def render_markdown(analysis: Analysis) -> str:
     study = analysis.study
     out = [f"# isobench: {study.name}", "", study.description, "", "## Headline", ""]
-    out += [f"- {line}" for line in headline(analysis.shown)] or ["- no comparison yet"]
+    if any(w.kind == "host" for w in analysis.warnings):
+        out += ["> **Caution:** warnings about the host (load, frequency scaling): differences below may reflect "
+                "the host rather than the platforms.", ""]
+    out += [f"- {line}" for line in headline(ordered(analysis))] or ["- no comparison yet"]
     rep = replication(study.name)
     if rep:
         out += ["", f"**Replication of {rep['paper']}.** Scaled down: {rep['scale']}.", ""]
