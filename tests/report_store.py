@@ -117,7 +117,9 @@ def build(directory: Path, host: dict[str, Any] | None = None, study_text: str =
         outcome = CellOutcome(cell=cell, status="ok", exit_code=0, error=None, stderr_tail="", started_at=0.0,
                               wall_s=1.0, startup_s=0.2 if cell.platform == "baremetal" else 0.6,
                               setup={"import": 0.5}, items=items, done={"type": "done", "run_s": 0.5},
-                              platform_info={"emulated": True} if cell.platform_key == "vm" else {},
+                              platform_info={"emulated": True} if cell.platform_key == "vm" else
+                              {"tenancy": {"tenant": 0, "tenants": 4, "group": "g"}} if cell.platform_key == "docker-pinned"
+                              else {},
                               probes=probe_outcome(cell.platform_key, cell.rep))
         assert store.record(outcome, DISPLAY.get(cell.platform_key, cell.platform_key))
     store.close()

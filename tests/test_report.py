@@ -108,6 +108,7 @@ def test_tables_hints_and_warnings_from_known_values(known: Path) -> None:
     assert "baremetal (aa)" in rows
     reasons = views["tab-writeback-reasons"]
     assert isinstance(reasons, Table) and reasons.columns[3:6] == ["background", "periodic", "sync"]
+    assert next(r for r in reasons.rows if r[1].startswith("docker/runc (docker-pinned)"))[2] == "4 tenants"
     docker_row = next(r for r in reasons.rows if r[1] == "docker/runc [cpus=1.0]")
     assert docker_row[5] == "42 (10.4%)" and docker_row[6] == "402"  # 7 sync × 6 repetitions
     faults = views["tab-fault-sources-lenet-train-docker"]

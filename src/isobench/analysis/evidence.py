@@ -88,7 +88,8 @@ def cell_index(store: Store) -> dict[str, CellInfo]:
     index = {}
     for row in store.cells():
         info = row.get("platform_info") or {}
-        tenants = int(info.get("tenants") or row["knobs"].get("tenants") or 1) if isinstance(info, dict) else 1
+        tenancy = info.get("tenancy") if isinstance(info, dict) else None  # set by runner/tenancy.py
+        tenants = int((tenancy or {}).get("tenants") or (info or {}).get("tenants") or 1)
         index[row["cell_id"]] = CellInfo(
             row["cell_id"], (row["workload_key"], json.dumps(row["params"], sort_keys=True), row["platform_key"],
                              json.dumps(row["knobs"], sort_keys=True)),
