@@ -184,3 +184,18 @@ def test_characterisation_and_plot(tmp_path) -> None:  # type: ignore[no-untyped
     assert result["hot_share"] and result["heatmap"]["counts"] and result["sweep"]
     root = ET.fromstring(svg.read_text())
     assert root.tag.endswith("svg") and "improvement" in svg.read_text()
+
+
+@settings(max_examples=60, deadline=None)
+@given(events=traces, capacities=st.lists(st.integers(1, 40), min_size=1, max_size=10),
+       front=st.sampled_from([1, 2, 5, 16, 64]))
+def test_sweep_histograms_do_not_depend_on_the_front_array_size(events: list[tuple[int, bool]],
+                                                                capacities: list[int], front: int) -> None:
+    from isobench.nvmsim.fast import _lru_buckets
+
+    trace = trace_of([p for p, _ in events], [READ if r else WRITE for _, r in events])
+    caps = np.array(sorted(set(capacities)), dtype=np.int64)
+    n_pages = max(trace.n_pages, 1)
+    one = _lru_buckets(trace.page, trace.op, n_pages, caps, 1)
+    other = _lru_buckets(trace.page, trace.op, n_pages, caps, front)
+    assert all(np.array_equal(a, b) for a, b in zip(one, other, strict=True))

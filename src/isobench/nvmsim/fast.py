@@ -289,8 +289,11 @@ def simulate_fast(trace: Trace, config: SimConfig, nvm: Device, slow: Device) ->
     return SimResult(latency, int(hits), int(misses), int(sync), int(bg), int(slow_reads))
 
 
+FRONT = 16  # pages kept in a small array at the top of the LRU list (see _lru_buckets)
+
+
 @njit(cache=True)
-def _lru_buckets(pages, ops, n_pages, caps):
+def _lru_buckets(pages, ops, n_pages, caps, front_size):
     """Histograms, over b = how many of the sorted capacities ``caps`` an event's LRU stack depth
     reaches (len(caps): never written, or deeper than the largest capacity), of writes, of
     min(b, capacities already full) for writes (a miss in a full cache destages), and of reads.
@@ -298,19 +301,35 @@ def _lru_buckets(pages, ops, n_pages, caps):
     One LRU list holds the pages up to the largest capacity, with a marker at the last page
     inside each capacity: an access moves only the markers above the page's old depth, so
     a hit near the top costs a few steps and only deep misses cost len(caps).
-    Reads look up their page's depth and change nothing.
+    The ``front_size`` most recent pages are also kept in order in a small array: the depth of
+    a page there is found by a short scan, and the small capacities (<= front_size) need no
+    markers at all; those were half of the marker steps (a page leaving the array lies
+    outside every small capacity). Reads look up their page's depth and change nothing.
     """
     n = pages.shape[0]
     n_caps = caps.shape[0]
     largest = caps[n_caps - 1]
+    front_n = min(front_size, largest)
+    n_small = 0  # capacities that fit in the front array
+    while n_small < n_caps and caps[n_small] <= front_n:
+        n_small += 1
+    small_b = np.zeros(front_n, np.int64)  # b of a page at depth d < front_n
+    for d in range(front_n):
+        c = 0
+        while c < n_caps and caps[c] <= d:
+            c += 1
+        small_b[d] = c
+    front = np.full(front_n, -1, np.int32)  # the most recent pages, most recent first
+    in_front = np.zeros(n_pages, np.bool_)
+    n_front = 0
     # int32 halves the memory the pointer chasing walks through (pages < 2**31)
     # node[p, 0]: the page above p (towards the most recent); node[p, 1]: how many capacities
-    # p's depth reaches (n_caps: not in the list). Side by side: the marker walk reads both.
+    # p's depth reaches (n_caps: not in the list; stale while p is in the front array).
     node = np.empty((n_pages, 2), np.int32)
     node[:, 0] = -1
     node[:, 1] = n_caps
     nxt = np.full(n_pages, -1, np.int32)
-    marker = np.full(n_caps, -1, np.int32)  # last page inside capacity k
+    marker = np.full(n_caps, -1, np.int32)  # last page inside capacity k (k >= n_small)
     top = -1
     bottom = -1
     size = 0
@@ -323,7 +342,14 @@ def _lru_buckets(pages, ops, n_pages, caps):
     seen = np.zeros(n_pages, np.bool_)
     for i in range(n):
         page = pages[i]
-        b = node[page, 1]
+        d = -1  # depth in the front array, -1: deeper or absent
+        if in_front[page]:
+            d = 0
+            while front[d] != page:
+                d += 1
+            b = small_b[d]
+        else:
+            b = node[page, 1]
         if ops[i] == READ:
             read_hist[b] += 1
             continue
@@ -334,18 +360,32 @@ def _lru_buckets(pages, ops, n_pages, caps):
             distinct += 1
             while full < n_caps and caps[full] <= distinct:
                 full += 1
-        if b == 0 and page == top:
+        if d == 0:
             continue
-        # every capacity the page lies outside of (or all, if absent) loses its last page
-        for k in range(b):
-            last = marker[k]
-            if last == -1:
-                continue
-            node[last, 1] += 1
-            up = node[last, 0]
-            marker[k] = up if up != -1 else page
+        if d > 0:  # within the front: the pages above move down one
+            for j in range(d, 0, -1):
+                front[j] = front[j - 1]
+        else:
+            if n_front == front_n:  # the front's last page is pushed out of every small capacity
+                pushed = front[front_n - 1]
+                in_front[pushed] = False
+                node[pushed, 1] = n_small
+            else:
+                n_front += 1
+            for j in range(n_front - 1, 0, -1):
+                front[j] = front[j - 1]
+            in_front[page] = True
+            # every larger capacity the page lies outside of (or all, if absent) loses its last page
+            for k in range(n_small, b):
+                last = marker[k]
+                if last == -1:
+                    continue
+                node[last, 1] += 1
+                up = node[last, 0]
+                marker[k] = up if up != -1 else page
+        front[0] = page
         if b < n_caps:  # unlink from its old place
-            if marker[b] == page:  # it was the last page inside capacity b: the one above takes over
+            if b >= n_small and marker[b] == page:  # it was the last page inside capacity b
                 marker[b] = node[page, 0]
             p, q = node[page, 0], nxt[page]
             if p != -1:
@@ -366,7 +406,7 @@ def _lru_buckets(pages, ops, n_pages, caps):
             bottom = page
         node[page, 1] = 0
         if b == n_caps:
-            for k in range(n_caps):
+            for k in range(n_small, n_caps):
                 if caps[k] == size:  # the list has just grown to fill capacity k
                     marker[k] = bottom
             if size > largest:  # beyond the largest capacity: drop the deepest page
@@ -382,7 +422,7 @@ def _lru_buckets(pages, ops, n_pages, caps):
 def sweep_lru(trace: Trace, capacities: list[int], nvm: Device, slow: Device) -> list[dict[str, float]]:
     """The LRU system without background destage, for every capacity, from one pass."""
     caps = np.array(sorted(set(capacities)), dtype=np.int64)
-    write_b, sync_b, read_b = _lru_buckets(trace.page, trace.op, max(trace.n_pages, 1), caps)
+    write_b, sync_b, read_b = _lru_buckets(trace.page, trace.op, max(trace.n_pages, 1), caps, FRONT)
     # an event with bucket b misses in caches 0..b-1 and hits in caches b..
     hits_upto = np.cumsum(write_b)  # writes with bucket <= k hit in cache k
     sync_from = sync_b[::-1].cumsum()[::-1]  # writes with min(bucket, full) > k destage in cache k
