@@ -287,3 +287,21 @@ def test_tenants_of_a_cell_merge_in_time_order_and_stay_apart() -> None:
     assert merged["time_s"].tolist() == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0]  # folios of 2 pages
     assert merged["tenant"].tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
     assert merged["index"].tolist() == [0, 1, 0, 1, 1, 2, 1, 2]
+
+
+def test_overlapping_cells_restore_dirty_background_only_when_the_last_leaves() -> None:
+    need_root()
+    from isobench.probes.tracefs import DirtyBackgroundKnob
+
+    before = [(VM / name).read_text() for name in ("dirty_background_bytes", "dirty_background_ratio")]
+    first, second = DirtyBackgroundKnob(8 << 20), DirtyBackgroundKnob(16 << 20)
+    try:
+        first.apply()
+        second.apply()  # a second tenant starts while the first still runs
+        first.restore()
+        assert (VM / "dirty_background_bytes").read_text().strip() == str(16 << 20)
+        second.restore()
+        assert [(VM / name).read_text() for name in ("dirty_background_bytes", "dirty_background_ratio")] == before
+    finally:
+        first.restore()
+        second.restore()

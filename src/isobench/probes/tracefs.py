@@ -222,30 +222,65 @@ class TaskSampler:
             self._thread.join(timeout=5)
 
 
+ORIGINAL = STATE_DIR / "dirty_background.original.json"
+KNOB_LOCK = STATE_DIR / "dirty_background.lock"
+
+
+@contextlib.contextmanager
+def _knob_lock():  # type: ignore[no-untyped-def]
+    import fcntl
+
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    with KNOB_LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 class DirtyBackgroundKnob:
-    """Lower ``vm.dirty_background_bytes`` for one cell; the original is kept in a state file so
-    a sweep after a crash restores it."""
+    """Lower ``vm.dirty_background_bytes`` while a cell runs.
+
+    Cells can overlap (tenants, concurrent runners), so the host's original setting is saved
+    once, by the first holder, in ``ORIGINAL``; each holder has a file of its own; the last
+    holder to leave restores the original. A sweep after a crash removes dead holders' files
+    and restores the original when no live holder remains."""
 
     def __init__(self, value: int) -> None:
         from isobench.platforms.base import runner_tag
 
         self.value = value
         self.state_file = STATE_DIR / f"{PREFIX}{runner_tag()}-{next(_sequence)}-sysctl.json"
-        self.original: dict[str, str] | None = None
+        self.held = False
 
     def apply(self) -> None:
-        original = {name: (VM / name).read_text().strip() for name in ("dirty_background_bytes",
-                                                                      "dirty_background_ratio")}
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        self.state_file.write_text(json.dumps(original))
-        self.original = original
-        _write(VM / "dirty_background_bytes", str(self.value))
+        with _knob_lock():
+            if not ORIGINAL.exists():  # kept if present: a crashed holder's leftover is still the original
+                ORIGINAL.write_text(json.dumps({name: (VM / name).read_text().strip() for name in
+                                                ("dirty_background_bytes", "dirty_background_ratio")}))
+            self.state_file.write_text(json.dumps({"value": self.value}))
+            self.held = True
+            _write(VM / "dirty_background_bytes", str(self.value))
 
     def restore(self) -> None:
-        if self.original is not None:
-            restore_dirty_background(self.original)
-            self.original = None
-        self.state_file.unlink(missing_ok=True)
+        if not self.held:
+            return
+        with _knob_lock():
+            self.state_file.unlink(missing_ok=True)
+            self.held = False
+            _restore_if_unheld()
+
+
+def _holders() -> list[Path]:
+    return sorted(STATE_DIR.glob(f"{PREFIX}*-sysctl.json"))
+
+
+def _restore_if_unheld() -> str | None:
+    """With the knob lock held: put the original back when nobody holds the knob any more."""
+    if _holders() or not ORIGINAL.exists():
+        return None
+    original = json.loads(ORIGINAL.read_text())
+    restore_dirty_background(original)
+    ORIGINAL.unlink()
+    return f"dirty_background setting restored to {original}"
 
 
 def restore_dirty_background(original: dict[str, str]) -> None:
@@ -269,17 +304,21 @@ def sweep_stale() -> list[str]:
     if STATE_DIR.is_dir():
         for state in sorted(STATE_DIR.glob(f"{PREFIX}*.json")):
             tag = _tag_of(state.stem)
-            if tag is None or not tag_is_stale(tag):
+            if tag is None or state.stem.endswith("-sysctl") or not tag_is_stale(tag):
                 continue
             with contextlib.suppress(OSError, ValueError):
                 data = json.loads(state.read_text())
-                if state.stem.endswith("-sysctl"):
-                    restore_dirty_background(data)
-                    removed.append(f"dirty_background setting restored to {data}")
-                else:
-                    _kill_reader(data.get("reader_pid"), data.get("instance", ""))
-                    Path(data.get("trace_file", "/nonexistent")).unlink(missing_ok=True)
+                _kill_reader(data.get("reader_pid"), data.get("instance", ""))
+                Path(data.get("trace_file", "/nonexistent")).unlink(missing_ok=True)
             state.unlink(missing_ok=True)
+        with _knob_lock():
+            for state in _holders():
+                tag = _tag_of(state.stem)
+                if tag is not None and tag_is_stale(tag):
+                    state.unlink(missing_ok=True)
+            restored = _restore_if_unheld()
+            if restored:
+                removed.append(restored)
     instances = TRACEFS / "instances"
     if instances.is_dir():
         for path in sorted(instances.glob(f"{PREFIX}*")):
