@@ -80,11 +80,18 @@ def test_pinned_cells_stay_on_their_cores(platform: str) -> None:
 
     cell_platform.launch = launch  # type: ignore[method-assign]
 
+    roots: list[int] = []
+
     def pids() -> list[int]:
         if not launched:
             return []
-        target = cell_platform.probe_target(launched[0]) if platform == "docker" else None
-        root = target.root_pid if target else launched[0].proc.pid
+        if not roots:  # the container's init as the host sees it (docker), or the worker itself
+            root = cell_platform.probe_target(launched[0]).root_pid if platform == "docker" \
+                else launched[0].proc.pid
+            if not root:
+                return []
+            roots.append(root)
+        root = roots[0]
         try:
             import psutil
 

@@ -47,9 +47,15 @@ def test_four_tenants_start_together_and_all_finish(tenant_study: Path) -> None:
     tenancy = [c["platform_info"]["tenancy"] for c in cells]
     assert sorted(t["tenant"] for t in tenancy) == [0, 1, 2, 3]
     assert len({t["group"] for t in tenancy}) == 1 and all(t["tenants"] == 4 for t in tenancy)
-    # Four interpreters started on a shared 2-core host: well under a second apart.
-    assert tenancy[0]["start_skew_s"] < 1.0
-    assert tenancy[0]["release_skew_s"] < 0.5
+    # The runner launched all four at once; their interpreters then came up on a shared 2-core
+    # host within about one interpreter start-up of each other (on an idle host: ~0.2 s).
+    assert tenancy[0]["release_skew_s"] < 0.25
+    slowest_startup = max(c["startup_s"] for c in cells)
+    assert tenancy[0]["start_skew_s"] < max(1.0, slowest_startup), (tenancy[0], slowest_startup)
+    # And they ran side by side: every tenant had started before any of them finished.
+    starts = [c["started_at"] + c["startup_s"] for c in cells]
+    ends = [c["started_at"] + c["wall_s"] for c in cells]
+    assert max(starts) < min(ends)
     # Each tenant is its own process, with its own cgroup and its own stored items.
     assert len({c["inside"]["pid"] for c in cells}) == 4
     assert len({c["platform_info"]["cgroup"] for c in cells}) == 4
