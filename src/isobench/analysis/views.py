@@ -193,13 +193,14 @@ def kernel_views(ctx: Context) -> list[View]:
              c.effect if c.significant_holm else "not resolved"] for c in kernels]
     table = Table("tab-kernels", "Kernel time, host vs platform, per kernel and shape", f"{SJ}, Figs. 5–9",
                   ["workload", "kernel and shape", "platform", "host", "platform", "×", "95% CI", "effect"], rows,
-                  note="Holm's correction runs across every kernel and shape of the study")
+                  note="host and platform: arithmetic means; ×: ratio of geometric means over repetitions; Holm's "
+                       "correction runs across every kernel and shape of the study")
     fig = Figure("fig-kernels", "Kernel time relative to the host, per kernel and shape (95% CIs)", f"{SJ}, Figs. 5–9",
                  "forest", {"labels": [f"{c.metric.removeprefix('phase.')} · {c.platform}" for c in kernels],
                             "keys": [c.label for c in kernels], "ratio": [c.ratio for c in kernels],
                             "low": [c.ci_low for c in kernels], "high": [c.ci_high for c in kernels],
                             "floor": [c.noise_floor for c in kernels],
-                            "xlabel": "kernel time relative to the host (×)"}, table=table)
+                            "xlabel": "kernel time relative to the host (×)"})
     return [fig, table]
 
 

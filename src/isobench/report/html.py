@@ -15,6 +15,9 @@ from isobench.report import figures
 from isobench.report.replication import replication
 from isobench.report.terminal import fmt_knobs, fmt_seconds, headline
 
+#: tables longer than this start folded
+LONG_TABLE = 25
+
 CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1d1d1f;
        margin: 0; background: #f6f6f4; }
@@ -194,6 +197,10 @@ def render_html(analysis: Analysis) -> str:
             data = f"<details><summary>numbers</summary>{_table(view.table)}</details>" if view.table else ""
             note = f"<figcaption>{esc(view.note)}</figcaption>" if view.note else ""
             parts.append(f"<figure id=\"{esc(view.id)}\"><h3>{esc(view.title)}{paper}</h3>{svg}{note}{data}</figure>")
+        elif len(view.rows) > LONG_TABLE:  # e.g. every probe metric: keep the page scannable
+            unfold = " open" if view.id in {h.figure for h in analysis.hints} else ""  # a hint points here
+            parts.append(f"<section id=\"{esc(view.id)}\"><h3>{esc(view.title)}{paper}</h3><details{unfold}><summary>"
+                         f"{len(view.rows)} rows</summary>{_table(view)}</details></section>")
         else:
             parts.append(f"<section id=\"{esc(view.id)}\"><h3>{esc(view.title)}{paper}</h3>{_table(view)}</section>")
     if skipped:
