@@ -215,3 +215,12 @@ def test_layer_waterfall_joins_the_report(tmp_path: Path, monkeypatch: pytest.Mo
     assert isinstance(waterfall, Figure) and waterfall.kind == "forest"
     labels = waterfall.data["labels"]
     assert labels[0].startswith("full: ") and "layer-namespaces" in labels and labels[-1] == "unexplained"
+
+
+def test_fetch_stall_hint_points_at_the_data_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(report_store.EFFECT, "docker", {"fetch_stall": 2.5})
+    analysis = analyse(Store.open(report_store.build(tmp_path)))
+    hint = next(h for h in analysis.hints if h.rule == "data-path")
+    assert "fetch_stall grows 2.50×" in hint.text and "data path" in hint.text
+    assert hint.figure == "fig-minibatch-lenet-train"
+    assert "optimizer" not in {h.rule for h in analysis.hints}  # the optimizer did not change this time
