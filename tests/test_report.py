@@ -206,6 +206,19 @@ def test_replication_studies_load_and_name_their_paper() -> None:
         assert any(p.label == "aa" for p in study.platforms)  # every replication measures its noise floor
 
 
+def test_replication_box_links_resolve(tmp_path: Path) -> None:
+    """A store named like a replication study gets the paper box, its links landing on this run's views."""
+    from isobench.report.html import render_html
+
+    text = report_store.STUDY.replace("name: known", "name: prashanthi-2023")
+    html = render_html(analyse(Store.open(report_store.build(tmp_path, study_text=text))))
+    assert "Replication of Prashanthi et al. 2023" in html
+    links = re.findall(r'<li>[^<]*→ <a href="#([^"]+)">', html)
+    assert "fig-minibatch-lenet-train" in links and "fig-compute-lenet-train" in links
+    assert all(f'id="{target}"' in html for target in links)
+    assert "fig-energy</a> (not measured in this run)" in html
+
+
 def test_layer_waterfall_joins_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A study with layer-* entries gets the isolation-layer module's waterfall as a figure."""
     study = report_store.STUDY.replace("  - {name: docker, knobs: {cpus: 1.0}}\n", "  - {name: layer-namespaces}\n")

@@ -120,6 +120,22 @@ def _fingerprint_rows(host: dict[str, Any], prefix: str = "") -> list[list[str]]
     return rows
 
 
+def resolve_target(analysis: Analysis, prefix: str) -> tuple[str | None, bool]:
+    """The first view whose id starts with ``prefix`` (views carry the workload in their id), and
+    whether it was measured; (None, False) when the report has no such view."""
+    for view in analysis.views:
+        if view.id == prefix or view.id.startswith(prefix + "-"):
+            return view.id, not isinstance(view, Skipped)
+    return None, False
+
+
+def _target_link(analysis: Analysis, prefix: str) -> str:
+    target, measured = resolve_target(analysis, prefix)
+    if target is None:
+        return "not measured in this run"
+    return f"<a href=\"#{esc(target)}\">{esc(target)}</a>" + ("" if measured else " (not measured in this run)")
+
+
 def render_html(analysis: Analysis) -> str:
     study = analysis.study
     colours = figures.platform_colours([p.key for p in study.platforms])
@@ -144,7 +160,7 @@ def render_html(analysis: Analysis) -> str:
     parts.append("</ul>")
     rep = replication(study.name)
     if rep:
-        items = "".join(f"<li>{esc(text)} → <a href=\"#{esc(target)}\">{esc(target)}</a></li>"
+        items = "".join(f"<li>{esc(text)} → {_target_link(analysis, target)}</li>"
                         for text, target in rep["numbers"])  # type: ignore[union-attr]
         parts.append(f"<div class=\"box paper\"><b>Replication of {esc(rep['paper'])}.</b> Scaled down: "
                      f"{esc(rep['scale'])}. This run's counterparts of the paper's numbers:<ul>{items}</ul></div>")

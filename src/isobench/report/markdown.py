@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from isobench.analysis.summary import Analysis
 from isobench.analysis.views import Figure, Skipped, Table
-from isobench.report.html import COMPARISON_COLUMNS, comparison_rows, ordered
+from isobench.report.html import COMPARISON_COLUMNS, comparison_rows, ordered, resolve_target
 from isobench.report.replication import replication
 from isobench.report.terminal import fmt_knobs, headline
 
@@ -28,7 +28,10 @@ def render_markdown(analysis: Analysis) -> str:
     rep = replication(study.name)
     if rep:
         out += ["", f"**Replication of {rep['paper']}.** Scaled down: {rep['scale']}.", ""]
-        out += [f"- {text} → `{target}`" for text, target in rep["numbers"]]  # type: ignore[union-attr]
+        for text, prefix in rep["numbers"]:  # type: ignore[union-attr]
+            target, measured = resolve_target(analysis, prefix)
+            out.append(f"- {text} → " + (f"`{target}`" if target else "")
+                       + ("" if measured else " (not measured in this run)"))
     out += ["", "## Comparisons with the baseline (E2E time per item)", "",
             md_table(COMPARISON_COLUMNS, comparison_rows(analysis))]
     if analysis.advice:
