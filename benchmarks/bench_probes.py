@@ -29,7 +29,7 @@ from isobench.runner.study import prepare_data
 from isobench.store.sqlite import cell_metrics
 from isobench.study.loader import load_study_text
 
-WORKLOADS = {"resnet-infer": {"image_size": 64, "requests": 40},
+WORKLOADS = {"resnet-infer": {"image_size": 64, "requests": 30},
              "lenet-train": {"steps": 100, "batch_size": 32}}
 
 
@@ -84,6 +84,44 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def sampler_costs(seconds: float = 2.0) -> None:
+    """CPU per sample of each default probe, watching a sleeping process in a cgroup of its own."""
+    import os
+    import subprocess
+
+    from isobench.platforms.cgroups import CellCgroup
+    from isobench.probes.base import ProbeTarget
+
+    group = CellCgroup.create(f"isobench/bench-probes-{os.getpid()}", cpus=None, cpuset=None, memory=None)
+    child = subprocess.Popen(["sleep", str(int(seconds * 4) + 5)], preexec_fn=group.join)
+    try:
+        target = ProbeTarget(platform="bench", root_pid=child.pid, cgroups=dict(group.dirs))
+        total = 0.0
+        for name, settings in sorted(default_probe_config().items()):
+            cls = PROBES.get(name)
+            defaults = cls.Settings(**settings)
+            probe = cls(cls.Settings(**{**settings, "interval_s": 0.01}) if "interval_s" in cls.Settings.model_fields
+                        else defaults)
+            probe.start(target)
+            time.sleep(seconds)
+            probe.stop()
+            probe.abort()
+            sampler = getattr(probe, "sampler", None)
+            if sampler is None or not sampler.samples:
+                print(f"  {name:12s} reads at start and end only")
+                continue
+            per_sample = sampler.cpu_s / sampler.samples
+            share = per_sample / defaults.interval_s  # type: ignore[attr-defined]
+            total += share
+            print(f"  {name:12s} {1000 * per_sample:.2f} ms CPU per sample; every {defaults.interval_s:g} s "  # type: ignore[attr-defined]
+                  f"= {100 * share:.2f}% of one core")
+        print(f"  {'all':12s} {100 * total:.2f}% of one core while a cell runs")
+    finally:
+        child.kill()
+        child.wait()
+        group.destroy()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="rounds of the default-set comparison")
@@ -93,6 +131,8 @@ def main() -> None:
     args = parser.parse_args()
 
     started = time.monotonic()
+    print("sampling cost of the default probes (their own thread's CPU time)")
+    sampler_costs()
     platform = None
     defaults = default_probe_config()
     if not args.skip_default:

@@ -53,15 +53,19 @@ class ProbeTarget:
     engine_pids: list[int] = field(default_factory=list)
 
     def pids(self) -> list[int]:
-        """The cell's live host pids: the root's process tree plus every task in its cgroups."""
+        """The cell's live host pids: every task in its cgroups (children stay in their parent's
+        group), or the root's process tree when it has none. The tree walk reads every process on
+        the host, so samplers avoid it wherever a cgroup says the same."""
         found: set[int] = set()
-        if self.root_pid:
+        if self.root_pid and not self.cgroups:
             try:
                 root = psutil.Process(self.root_pid)
                 found.add(root.pid)
                 found.update(child.pid for child in root.children(recursive=True))
             except psutil.Error:
                 pass
+        elif self.root_pid and psutil.pid_exists(self.root_pid):
+            found.add(self.root_pid)
         for directory in self.cgroups.values():
             procs = directory / "cgroup.procs"
             try:
