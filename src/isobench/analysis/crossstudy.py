@@ -26,9 +26,14 @@ def _variants(groups: list[Group]) -> set[tuple[str, str]]:
     return {(g.workload, json.dumps(g.params, sort_keys=True)) for g in groups}
 
 
-def _describe(variant: tuple[str, str]) -> str:
+def _describe(variant: tuple[str, str], other: set[tuple[str, str]]) -> str:
+    """A workload the other study lacks by name; one it ran with other parameters by what differs."""
     params = json.loads(variant[1])
-    return f"{variant[0]} {json.dumps(params, sort_keys=True)}"
+    twins = [json.loads(p) for w, p in other if w == variant[0]]
+    if not twins:
+        return variant[0]
+    differ = sorted({k for t in twins for k in set(t) | set(params) if t.get(k) != params.get(k)})
+    return f"{variant[0]} with " + ", ".join(f"{k}={params.get(k)!r}" for k in differ)
 
 
 def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, force: bool = False,
@@ -39,9 +44,9 @@ def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, forc
     if only_a or only_b:
         parts = []
         if only_a:
-            parts.append(f"only in {name_a}: " + "; ".join(sorted(_describe(v) for v in only_a)))
+            parts.append(f"only in {name_a}: " + "; ".join(sorted(_describe(v, _variants(groups_b)) for v in only_a)))
         if only_b:
-            parts.append(f"only in {name_b}: " + "; ".join(sorted(_describe(v) for v in only_b)))
+            parts.append(f"only in {name_b}: " + "; ".join(sorted(_describe(v, _variants(groups_a)) for v in only_b)))
         reason = "the studies ran different workloads or parameters (" + " | ".join(parts) + ")"
         if not force:
             raise UserError(reason, fix="compare studies of the same workloads and parameters, or pass --force "
