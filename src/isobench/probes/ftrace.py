@@ -175,6 +175,8 @@ def analyse(host: Events | None, cell: Events | None, sampled: dict[int, int],
         metrics.append(("syscalls", int((cell.event == CODE["sys_enter"]).sum()), "calls"))
     if host is None:
         return result
+    if len(host) > 1 and np.any(np.diff(host.time_s) < 0):  # trace_pipe merges CPUs in time order, nearly always
+        host = host.select(np.argsort(host.time_s, kind="stable"))
     tid_list = np.fromiter(tids, dtype=np.int64, count=len(tids))
     in_cell = np.isin(host.pid, tid_list)
 
@@ -228,18 +230,27 @@ def analyse(host: Events | None, cell: Events | None, sampled: dict[int, int],
 def _page_writebacks(host: Events, dirty: np.ndarray, si: np.ndarray, si_reason: np.ndarray,
                      tgid: dict[int, int], result: ProbeResult) -> None:
     """One row per dirtied folio that was written back during the trace: the nvmsim input."""
-    order: dict[tuple[int, int], int] = {}
-    added = host.event == CODE["mm_filemap_add_to_page_cache"]
+    d = np.flatnonzero(dirty)
+    order: dict[tuple[int, int], int] = {}  # folio sizes, for the inodes the cell dirtied only
+    added = (host.event == CODE["mm_filemap_add_to_page_cache"]) & np.isin(host.a0, np.unique(host.a0[d]))
     for ino, index, folio_order in zip(host.a0[added].tolist(), host.a1[added].tolist(), host.a3[added].tolist(),
                                        strict=True):
         order[(ino, index)] = folio_order
-    d = np.flatnonzero(dirty)
     flush_at = np.full(len(d), -1, dtype=np.int64)
-    si_key = host.a2[si] * 1_000_003 + host.a0[si]
+    # group dirty folios and inode write-backs by (dev, inode) once, instead of a scan per inode
     d_key = host.a2[d] * 1_000_003 + host.a0[d]
-    for key in np.unique(d_key).tolist():
-        writes = si[si_key == key]
-        mine = np.flatnonzero(d_key == key)
+    si_key = host.a2[si] * 1_000_003 + host.a0[si]
+    d_sorted = np.argsort(d_key, kind="stable")
+    si_sorted = np.argsort(si_key, kind="stable")
+    keys, d_start = np.unique(d_key[d_sorted], return_index=True)
+    d_end = np.append(d_start[1:], len(d_sorted))
+    si_lo = np.searchsorted(si_key[si_sorted], keys, side="left")
+    si_hi = np.searchsorted(si_key[si_sorted], keys, side="right")
+    for g in range(len(keys)):
+        if si_lo[g] == si_hi[g]:
+            continue
+        writes = si[si_sorted[si_lo[g]:si_hi[g]]]  # in time order: si and the sorts are stable
+        mine = d_sorted[d_start[g]:d_end[g]]
         pos = np.searchsorted(host.time_s[writes], host.time_s[d[mine]], side="left")
         ok = pos < len(writes)
         flush_at[mine[ok]] = writes[pos[ok]]
@@ -263,8 +274,13 @@ def _block(host: Events, in_cell: np.ndarray, flusher_calls: list[dict[str, Any]
     kinds = host.of("block_rq_insert", "block_rq_issue", "block_rq_complete", "block_bio_backmerge",
                     "block_bio_frontmerge")
     mine = kinds & in_cell
+    kind_at = np.flatnonzero(kinds)
+    kind_time = host.time_s[kind_at]
     for call in flusher_calls:  # requests a flusher issued while writing the cell's inodes
-        mine |= kinds & (host.pid == call["pid"]) & (host.time_s >= call["time_s"]) & (host.time_s <= call["end_s"])
+        lo = int(np.searchsorted(kind_time, call["time_s"], side="left"))
+        hi = int(np.searchsorted(kind_time, call["end_s"], side="right"))
+        window = kind_at[lo:hi]
+        mine[window[host.pid[window] == call["pid"]]] = True
     # completions run in whatever context the interrupt hit: match them to the cell's requests
     key = host.a1 * 1_000_003 + host.a0
     issued = mine & host.of("block_rq_insert", "block_rq_issue")

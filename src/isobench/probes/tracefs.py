@@ -240,9 +240,10 @@ class DirtyBackgroundKnob:
     """Lower ``vm.dirty_background_bytes`` while a cell runs.
 
     Cells can overlap (tenants, concurrent runners), so the host's original setting is saved
-    once, by the first holder, in ``ORIGINAL``; each holder has a file of its own; the last
-    holder to leave restores the original. A sweep after a crash removes dead holders' files
-    and restores the original when no live holder remains."""
+    once, by the first holder, in ``ORIGINAL``; each holder has a file of its own with the value
+    it asked for; while any holder remains the smallest value asked for is in force, and the
+    last holder to leave restores the original. A sweep after a crash removes dead holders'
+    files the same way."""
 
     def __init__(self, value: int) -> None:
         from isobench.platforms.base import runner_tag
@@ -258,7 +259,7 @@ class DirtyBackgroundKnob:
                                                 ("dirty_background_bytes", "dirty_background_ratio")}))
             self.state_file.write_text(json.dumps({"value": self.value}))
             self.held = True
-            _write(VM / "dirty_background_bytes", str(self.value))
+            _settle()
 
     def restore(self) -> None:
         if not self.held:
@@ -266,16 +267,24 @@ class DirtyBackgroundKnob:
         with _knob_lock():
             self.state_file.unlink(missing_ok=True)
             self.held = False
-            _restore_if_unheld()
+            _settle()
 
 
 def _holders() -> list[Path]:
     return sorted(STATE_DIR.glob(f"{PREFIX}*-sysctl.json"))
 
 
-def _restore_if_unheld() -> str | None:
-    """With the knob lock held: put the original back when nobody holds the knob any more."""
-    if _holders() or not ORIGINAL.exists():
+def _settle() -> str | None:
+    """With the knob lock held: the smallest value the holders asked for, or the original when
+    nobody holds the knob any more."""
+    values = []
+    for holder in _holders():
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            values.append(int(json.loads(holder.read_text())["value"]))
+    if values:
+        _write(VM / "dirty_background_bytes", str(min(values)))
+        return None
+    if not ORIGINAL.exists():
         return None
     original = json.loads(ORIGINAL.read_text())
     restore_dirty_background(original)
@@ -316,7 +325,7 @@ def sweep_stale() -> list[str]:
                 tag = _tag_of(state.stem)
                 if tag is not None and tag_is_stale(tag):
                     state.unlink(missing_ok=True)
-            restored = _restore_if_unheld()
+            restored = _settle()
             if restored:
                 removed.append(restored)
     instances = TRACEFS / "instances"
