@@ -4,8 +4,8 @@ Three loops of the same items: without timers, with the training loop's PhaseClo
 five laps, stop), and with PhaseClock plus the record written for each item (JSON to a
 null stream, as CellContext.item does). Twice: over empty phases (the timers' own cost),
 and over LeNet-5 minibatches of 8 (the smallest real item in the catalogue), where the
-ratio says what the timers add to a measurement. Best of several rounds, since other
-processes on the machine only ever add time.
+ratio says what the timers add to a measurement. Best of several interleaved rounds after a
+warm-up, since other processes on the machine only ever add time.
 
     .venv/bin/python benchmarks/bench_phase_timers.py [--items 20000] [--rounds 5]
 """
@@ -23,28 +23,34 @@ from isobench.workloads.timing import PhaseClock
 PHASES = ("fetch_stall", "forward", "backward", "optimizer", "logging")
 
 
-def best_of(rounds: int, run: Callable[[], None]) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
+def best_of(rounds: int, runs: dict[str, Callable[[], None]]) -> dict[str, float]:
+    """Best time of each loop; one warm-up each, then rounds interleave the loops so drift in
+    the machine's load reaches them alike."""
+    for run in runs.values():
         run()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
 
 
 def loops(items: int, work: list[Callable[[], object]]) -> dict[str, Callable[[], None]]:
     ctx = CellContext(io.StringIO(), {"cell_id": "bench"})
     clock = PhaseClock()
+    steps = list(zip(PHASES, work, strict=True))
 
-    def bare() -> None:
+    def bare() -> None:  # the same loop over (name, step) pairs, minus the clock
         for _ in range(items):
-            for step in work:
+            for _name, step in steps:
                 step()
 
     def timed() -> None:
         for _ in range(items):
             clock.start()
-            for name, step in zip(PHASES, work, strict=True):
+            for name, step in steps:
                 step()
                 clock.lap(name)
             clock.stop()
@@ -53,7 +59,7 @@ def loops(items: int, work: list[Callable[[], object]]) -> dict[str, Callable[[]
         ctx._stream = io.StringIO()  # a fresh sink each round, so memory does not grow across rounds
         for _ in range(items):
             clock.start()
-            for name, step in zip(PHASES, work, strict=True):
+            for name, step in steps:
                 step()
                 clock.lap(name)
             ctx.item(*clock.stop())
@@ -87,7 +93,7 @@ def lenet_work() -> list[Callable[[], object]]:
 
 
 def report(title: str, items: int, rounds: int, work: list[Callable[[], object]]) -> None:
-    results = {name: best_of(rounds, run) for name, run in loops(items, work).items()}
+    results = best_of(rounds, loops(items, work))
     base = results["no timers"]
     print(f"\n{title}: {items} items × {len(PHASES)} phases, best of {rounds}")
     print(f"{'loop':<22}{'µs/item':>12}{'ratio':>9}{'added ns/item':>15}{'added ns/phase':>16}")
@@ -100,7 +106,7 @@ def report(title: str, items: int, rounds: int, work: list[Callable[[], object]]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     report("empty phases (the timers' own cost)", args.items, args.rounds, [lambda: None] * len(PHASES))
     report("LeNet-5 minibatches of 8 (forward, backward, SGD step)", max(args.items // 100, 50), args.rounds,

@@ -126,6 +126,22 @@ def test_workload_in_docker(name: str) -> None:
     assert outcome.done["torch_threads"] == 1
 
 
+def test_phase_clock_partitions_the_item_and_names_the_mode() -> None:
+    from isobench.workloads.timing import CLOCK, CPU_SYNC_NOOP, CUDA_EVENTS, phase_clock, timing_mode
+
+    assert timing_mode(False, "cuda") == CLOCK and timing_mode(True, "cpu") == CPU_SYNC_NOOP
+    assert timing_mode(True, "cuda") == CUDA_EVENTS
+    clock = phase_clock(CLOCK)
+    for _ in range(2):  # reusable: start() forgets the previous item
+        clock.start()
+        for name in TRAINING:
+            sum(range(1000))
+            clock.lap(name)
+        phases, e2e = clock.stop()
+        assert tuple(phases) == TRAINING and all(v >= 0 for v in phases.values())
+        assert sum(phases.values()) == pytest.approx(e2e, rel=1e-9) and e2e > 0
+
+
 def test_every_model_builds_and_takes_a_step() -> None:
     """The models the cells above leave out, one training step or forward pass each."""
     import torch

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from isobench.workloads.base import WorkloadParams
-from isobench.workloads.timing import PhaseClock, timing_mode
+from isobench.workloads.timing import phase_clock, timing_mode
 
 if TYPE_CHECKING:
     from isobench.workloads.channel import CellContext
@@ -57,7 +57,7 @@ def infer_loop(ctx: CellContext, params: InferParams, device: Any, preprocess: C
     import torch
 
     mode = timing_mode(params.sync_timing, device.type)
-    clock = PhaseClock(mode)
+    clock = phase_clock(mode)
     answers = 0
     ctx.start_run()
     started = time.perf_counter()

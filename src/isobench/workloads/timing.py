@@ -32,49 +32,66 @@ def timing_mode(sync_timing: bool, device_type: str) -> str:
 class PhaseClock:
     """Marks phase boundaries of one item: ``start()``, ``lap(name)`` per phase, ``stop()``."""
 
-    __slots__ = ("_clock", "_events", "_names", "_stamps", "_torch", "mode")
+    __slots__ = ("_clock", "_marks", "_start", "mode")
 
     def __init__(self, mode: str = CLOCK) -> None:
         self.mode = mode
         self._clock = time.perf_counter
-        self._names: list[str] = []
-        self._stamps: list[float] = []
-        self._events: list[Any] = []
-        self._torch: Any = None
-        if mode == CUDA_EVENTS:
-            import torch
-
-            self._torch = torch
+        self._marks: list[tuple[str, float]] = []
+        self._start = 0.0
 
     def start(self) -> None:
-        self._names.clear()
-        self._stamps.clear()
-        self._stamps.append(self._clock())
-        if self._torch is not None:
-            self._events = [self._record()]
+        self._marks.clear()
+        self._start = self._clock()
 
     def lap(self, name: str) -> None:
         """End the phase called ``name`` now (the next phase starts here)."""
-        self._names.append(name)
-        self._stamps.append(self._clock())
-        if self._torch is not None:
-            self._events.append(self._record())
+        self._marks.append((name, self._clock()))
 
     def stop(self) -> tuple[dict[str, float], float]:
         """The item's phases (seconds) and its end-to-end time, measured from ``start()``."""
-        stamps = self._stamps
-        if self._torch is None:
-            phases = {name: stamps[i + 1] - stamps[i] for i, name in enumerate(self._names)}
-            return phases, stamps[-1] - stamps[0]
+        phases = {}
+        previous = self._start
+        for name, stamp in self._marks:
+            phases[name] = stamp - previous
+            previous = stamp
+        return phases, previous - self._start
+
+
+class CudaEventClock(PhaseClock):
+    """The same marks as CUDA events: device time between boundaries, synchronised per item."""
+
+    __slots__ = ("_events", "_torch")
+
+    def __init__(self) -> None:
+        import torch
+
+        super().__init__(CUDA_EVENTS)
+        self._torch = torch
+        self._events: list[Any] = []
+
+    def start(self) -> None:
+        self._marks.clear()
+        self._events = [self._record()]
+
+    def lap(self, name: str) -> None:
+        self._marks.append((name, 0.0))
+        self._events.append(self._record())
+
+    def stop(self) -> tuple[dict[str, float], float]:
         events = self._events
         events[-1].synchronize()
-        phases = {name: events[i].elapsed_time(events[i + 1]) / 1000.0 for i, name in enumerate(self._names)}
+        phases = {name: events[i].elapsed_time(events[i + 1]) / 1000.0 for i, (name, _) in enumerate(self._marks)}
         return phases, events[0].elapsed_time(events[-1]) / 1000.0
 
     def _record(self) -> Any:
         event = self._torch.cuda.Event(enable_timing=True)
         event.record()
         return event
+
+
+def phase_clock(mode: str) -> PhaseClock:
+    return CudaEventClock() if mode == CUDA_EVENTS else PhaseClock(mode)
 
 
 def resolve_device(requested: str) -> Any:

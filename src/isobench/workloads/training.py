@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from isobench.workloads.base import WorkloadParams
-from isobench.workloads.timing import PhaseClock, timing_mode
+from isobench.workloads.timing import phase_clock, timing_mode
 
 if TYPE_CHECKING:
     from isobench.workloads.channel import CellContext
@@ -90,7 +90,7 @@ def train_loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, 
     ``read_out(loss, outputs, batch)`` is the periodic logging (it may synchronise, as real
     training logs do)."""
     mode = timing_mode(params.sync_timing, device.type)
-    clock = PhaseClock(mode)
+    clock = phase_clock(mode)
     steps_per_epoch = len(loader)
     log: dict[str, float] = {}
     step = epochs_done = in_epoch = 0
