@@ -199,6 +199,8 @@ def compare_cmd(directory_a: Path, directory_b: Path,
 @app.command()
 def doctor() -> None:
     """Which platforms and knobs work on this host, and why not where not."""
+    from rich.markup import escape
+
     from isobench.fingerprint import host_fingerprint
     from isobench.platforms import PLATFORMS
     from isobench.platforms.base import ALL_KNOBS
@@ -225,7 +227,7 @@ def doctor() -> None:
             else:
                 knob_cells.append("[green]yes[/]")
         notes = "; ".join([avail.reason, *avail.notes, *(f"{k}: {v}" for k, v in avail.knobs_unavailable.items())])
-        table.add_row(platform.display(), "[green]yes[/]" if avail.ok else "[red]no[/]", notes.strip("; "),
+        table.add_row(escape(platform.display()), "[green]yes[/]" if avail.ok else "[red]no[/]", notes.strip("; "),
                       *knob_cells)
     console.print(table)
     from isobench.platforms.vm import doctor_lines

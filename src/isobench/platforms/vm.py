@@ -522,7 +522,9 @@ class QemuPlatform(Platform):
         else:
             vcpus = len(cores)
         memory = knobs.memory_bytes() or parse_memory(self.entry.options.get("memory", DEFAULT_MEMORY))
-        pin = [cores[i % len(cores)] for i in range(vcpus)] if self.entry.options.get("pin_vcpus") else None
+        # The placement knob's "pinned" (a cpuset of N cores) means vcpupin for a VM, as in Samani & Salehi.
+        pinned = self.entry.options.get("pin_vcpus") or getattr(knobs, "placement", None) == "pinned"
+        pin = [cores[i % len(cores)] for i in range(vcpus)] if pinned else None
         return vcpus, max(64, memory >> 20), pin
 
     def guest_job(self, cell: Cell, argv: list[str]) -> tuple[list[str], dict[str, str]]:
