@@ -30,9 +30,10 @@ from isobench.probes.tracefs import (
 )
 
 WRITEBACK_EVENTS = ["writeback/writeback_start", "writeback/writeback_written", "writeback/writeback_dirty_folio",
-                    "writeback/writeback_single_inode", "task/task_newtask", "filemap/mm_filemap_add_to_page_cache"]
+                    "writeback/writeback_single_inode_start", "writeback/writeback_single_inode", "task/task_newtask",
+                    "filemap/mm_filemap_add_to_page_cache"]
 BLOCK_EVENTS = ["block/block_rq_insert", "block/block_rq_issue", "block/block_rq_complete",
-                "block/block_bio_backmerge", "block/block_bio_frontmerge"]
+                "block/block_bio_backmerge", "block/block_bio_frontmerge", "block/block_bio_queue"]
 BUFFER_EVENTS = ["block/block_touch_buffer", "block/block_dirty_buffer"]
 PAGE_FAULT_EVENTS = ["exceptions/page_fault_user"]
 SYSCALL_EVENTS = ["raw_syscalls/sys_enter"]
@@ -223,7 +224,7 @@ def analyse(host: Events | None, cell: Events | None, sampled: dict[int, int],
         "cell_inodes": np.array([c["cell_inodes"] for c in cell_calls], dtype=np.int32)}
 
     _page_writebacks(host, dirty, si[si_cell], si_reason[si_cell], tgid, result)
-    _block(host, in_cell, [c for c in cell_calls if c["pid"] not in tids], result)
+    _block(host, in_cell, _flusher_windows(host, in_cell, cell_inodes), result)
     return result
 
 
@@ -270,19 +271,42 @@ def _page_writebacks(host: Events, dirty: np.ndarray, si: np.ndarray, si_reason:
     result.info["dirty_not_written_back"] = int((~done).sum())
 
 
-def _block(host: Events, in_cell: np.ndarray, flusher_calls: list[dict[str, Any]], result: ProbeResult) -> None:
+def _flusher_windows(host: Events, in_cell: np.ndarray, cell_inodes: set[tuple[int, int]]) -> list[tuple[int, float, float]]:
+    """(flusher pid, from, to): a flusher writing one of the cell's inodes
+    (``writeback_single_inode_start`` .. ``writeback_single_inode`` on one task)."""
+    idx = np.flatnonzero(host.of("writeback_single_inode_start", "writeback_single_inode") & ~in_cell)
+    windows = []
+    open_at: dict[int, tuple[int, int, float]] = {}
+    for i, code, pid in zip(idx.tolist(), host.event[idx].tolist(), host.pid[idx].tolist(), strict=True):
+        key = (int(host.a2[i]), int(host.a0[i]))
+        if code == CODE["writeback_single_inode_start"]:
+            open_at[pid] = (*key, float(host.time_s[i]))
+        elif open_at.get(pid, (None, None))[:2] == key:
+            if key in cell_inodes:
+                windows.append((pid, open_at[pid][2], float(host.time_s[i])))
+            del open_at[pid]
+    return windows
+
+
+def _block(host: Events, in_cell: np.ndarray, windows: list[tuple[int, float, float]], result: ProbeResult) -> None:
+    """The cell's block I/O: bios submitted in its own context or by a flusher while writing one
+    of its inodes, and the requests those bios became (matched on device and sector, since a
+    flusher's plugged requests reach the queue later, and completions run in any context)."""
     kinds = host.of("block_rq_insert", "block_rq_issue", "block_rq_complete", "block_bio_backmerge",
-                    "block_bio_frontmerge")
-    mine = kinds & in_cell
-    kind_at = np.flatnonzero(kinds)
-    kind_time = host.time_s[kind_at]
-    for call in flusher_calls:  # requests a flusher issued while writing the cell's inodes
-        lo = int(np.searchsorted(kind_time, call["time_s"], side="left"))
-        hi = int(np.searchsorted(kind_time, call["end_s"], side="right"))
-        window = kind_at[lo:hi]
-        mine[window[host.pid[window] == call["pid"]]] = True
-    # completions run in whatever context the interrupt hit: match them to the cell's requests
+                    "block_bio_frontmerge", "block_bio_queue")
+    bios = host.of("block_bio_queue")
+    mine_bio = bios & in_cell
+    bio_at = np.flatnonzero(bios)
+    bio_time = host.time_s[bio_at]
+    for pid, begin, end in windows:
+        lo = int(np.searchsorted(bio_time, begin, side="left"))
+        hi = int(np.searchsorted(bio_time, end, side="right"))
+        window = bio_at[lo:hi]
+        mine_bio[window[host.pid[window] == pid]] = True
     key = host.a1 * 1_000_003 + host.a0
+    submitted = kinds & ~host.of("block_rq_complete")
+    mine = submitted & (in_cell | np.isin(key, key[mine_bio]))
+    # completions run in whatever context the interrupt hit: match them to the cell's requests
     issued = mine & host.of("block_rq_insert", "block_rq_issue")
     complete = host.of("block_rq_complete") & np.isin(key, key[issued])
     mine |= complete

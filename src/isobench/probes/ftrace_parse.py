@@ -11,9 +11,10 @@ writeback_start       reason       nr_pages    sb_dev       sync_mode
 writeback_written     reason       nr_pages    sb_dev       sync_mode
 writeback_dirty_folio ino          index       bdi dev      -
 writeback_single_inode ino         wrote       bdi dev      writeback_index
+(also ..._start)
 block_rq_insert/issue dev          sector      nr_sector    rwbs bits
 block_rq_complete     dev          sector      nr_sector    rwbs bits
-block_bio_*merge      dev          sector      nr_sector    rwbs bits
+block_bio_* (merges, queue) dev    sector      nr_sector    rwbs bits
 block_*_buffer        dev          sector      size         -
 page_fault_user       address      ip          error_code   -
 sys_enter             syscall nr   -           -            -
@@ -39,7 +40,8 @@ import numpy as np
 EVENTS = ("unknown", "writeback_start", "writeback_written", "writeback_dirty_folio",
           "writeback_single_inode", "block_rq_insert", "block_rq_issue", "block_rq_complete",
           "block_bio_backmerge", "block_bio_frontmerge", "block_touch_buffer", "block_dirty_buffer",
-          "page_fault_user", "sys_enter", "task_newtask", "mm_filemap_add_to_page_cache", "lost")
+          "page_fault_user", "sys_enter", "task_newtask", "mm_filemap_add_to_page_cache", "lost",
+          "writeback_single_inode_start", "block_bio_queue")
 CODE = {name: code for code, name in enumerate(EVENTS)}
 #: writeback reason codes, as the kernel numbers them (include/linux/backing-dev-defs.h)
 REASONS = ("background", "vmscan", "sync", "periodic", "laptop_timer", "fs_free_space",
@@ -318,8 +320,8 @@ def _parse(buf: np.ndarray, hashes: np.ndarray, time_s: np.ndarray, pid: np.ndar
         if j == name_start:
             continue
         code = 0
-        for e in range(1, 16):
-            if hashes[e] == h:
+        for e in range(1, hashes.shape[0]):
+            if e != 16 and hashes[e] == h:  # 16: "lost" lines, matched above
                 code = e
                 break
         if code == 0:
@@ -339,7 +341,7 @@ def _parse(buf: np.ndarray, hashes: np.ndarray, time_s: np.ndarray, pid: np.ndar
             v2, i = _bdi(buf, i, end)
             v0, i, ok = _dec(buf, _after(buf, i, end, 61), end)
             v1, i, ok = _dec(buf, _after(buf, i, end, 61), end)
-        elif code == 5 or code == 6 or code == 7 or code == 8 or code == 9:
+        elif code == 5 or code == 6 or code == 7 or code == 8 or code == 9 or code == 18:
             v0, i = _dev_colon(buf, i, end)
             v3, i = _rwbs(buf, i, end)
             if code == 5 or code == 6:
@@ -353,7 +355,7 @@ def _parse(buf: np.ndarray, hashes: np.ndarray, time_s: np.ndarray, pid: np.ndar
             v0, i = _dev_colon(buf, i, end)
             v1, i, ok = _dec(buf, _after(buf, i, end, 61), end)
             v2, i, ok = _dec(buf, _after(buf, i, end, 61), end)
-        elif code == 4:  # writeback_single_inode
+        elif code == 4 or code == 17:  # writeback_single_inode (_start: same fields)
             v2, i = _bdi(buf, i, end)
             v0, i, ok = _dec(buf, _find(buf, i, end, k_ino), end)
             v3, i, ok = _dec(buf, _find(buf, i, end, k_index), end)
@@ -451,7 +453,7 @@ def _reference_fields(name: str, body: str) -> tuple[int, int, int, int] | None:
         return (int(kv["address"], 16), int(kv["ip"], 16), int(kv["error_code"], 16), -1)
     if name == "writeback_dirty_folio":
         return int(kv["ino"]), int(kv["index"]), dev(body, _BDI_DEV), -1
-    if name == "writeback_single_inode":
+    if name in ("writeback_single_inode", "writeback_single_inode_start"):
         return int(kv["ino"]), int(kv["wrote"]), dev(body, _BDI_DEV), int(kv["index"])
     if name in ("writeback_start", "writeback_written"):
         found = re.search(r"sb_dev (\d+):(\d+)", body)

@@ -29,6 +29,7 @@ class FileWriterParams(WorkloadParams):
     fsync: bool = Field(True, description="fsync after each round")
     interval_s: float = Field(0.05, ge=0, le=3600, description="pause between rounds")
     wait_s: float = Field(0.0, ge=0, le=3600, description="wait before removing the files (let the flusher run)")
+    delay_s: float = Field(0.0, ge=0, le=3600, description="wait before the first round (lets probes attach)")
     dir: str = Field("/var/tmp", description="where to write (must be disk-backed to see write-backs)")
     train_steps: int = Field(0, ge=0, le=1_000_000, description="train a small CNN this many steps per round "
                                                                 "and checkpoint it (0: random bytes)")
@@ -43,12 +44,13 @@ class FileWriter(Workload):
 
     @classmethod
     def estimate_s(cls, params: FileWriterParams) -> float:  # type: ignore[override]
-        return params.rounds * (params.interval_s + params.file_kb / 200_000) + params.wait_s
+        return params.delay_s + params.rounds * (params.interval_s + params.file_kb / 200_000) + params.wait_s
 
     def run(self, params: FileWriterParams, ctx: CellContext) -> None:  # type: ignore[override]
         base = Path(params.dir) / f"isobench-writer-{os.getpid()}"
         payload = os.urandom(params.file_kb * 1024)
         step = _trainer(params.train_steps) if params.train_steps else None
+        time.sleep(params.delay_s)
         ctx.start_run()
         try:
             with open(f"{base}.ckpt", "wb") as ckpt, open(f"{base}.log", "ab") as log:
