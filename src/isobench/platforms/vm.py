@@ -119,13 +119,14 @@ def _test_kvm() -> KvmVerdict:
         os.close(os.open("/dev/kvm", os.O_RDWR))
     except OSError as err:
         return KvmVerdict(False, f"/dev/kvm cannot be opened: {err.strerror}", now)
-    if cached_debian_kernel() is None:
-        return KvmVerdict(None, "/dev/kvm opens, but no guest kernel is downloaded to test it with "
-                                "(run `./isobench.sh setup`)", now)
+    try:
+        image = guest_image(download=cached_debian_kernel() is None)
+    except Exception as exc:  # no kernel to boot: the question stays open
+        return KvmVerdict(None, f"/dev/kvm opens, but no guest kernel to test it with ({exc})", now)
     machine = QemuMachine(accel="kvm", machine="pc", vcpus=1, memory_mb=256, pin=None)
     with tempfile.TemporaryFile() as stderr:
         try:
-            run = GuestRun.start(machine, guest_image(download=False), name=f"isobench-kvmcheck-{os.getpid()}",
+            run = GuestRun.start(machine, image, name=f"isobench-kvmcheck-{os.getpid()}",
                                  job=["true"], stderr=stderr, cgroup=None)
         except Exception as exc:  # QEMU refused to start under KVM at all
             stderr.seek(0)
@@ -407,7 +408,7 @@ def _accept(listener: socket.socket, proc: subprocess.Popen[bytes], timeout: flo
     while time.monotonic() < deadline:
         try:
             conn, _ = listener.accept()
-            conn.settimeout(None)
+            conn.settimeout(timeout)  # a QEMU that stops answering must not hang the runner
             return conn
         except TimeoutError:
             if proc.poll() is not None:
@@ -493,7 +494,9 @@ class QemuPlatform(Platform):
         verdict = kvm_verdict()
         if verdict.works:
             return Availability(True, "", notes=[f"KVM: {verdict.reason}", *notes])
-        if wanted == "kvm" or not allowed:
+        if wanted == "kvm":
+            return Availability(False, f"options.accel is kvm, but KVM does not run guests here: {verdict.reason}")
+        if not allowed:
             return Availability(False, f"KVM does not run guests here: {verdict.reason}; {EMULATION_HINT}")
         notes.append(f"KVM does not run guests here ({verdict.reason}): cells run under TCG emulation, "
                      "labelled emulated")
