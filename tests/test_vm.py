@@ -132,7 +132,7 @@ def test_vm_container_runs_a_container_in_the_guest(guest) -> None:
 
 def test_hung_guest_is_killed_at_the_timeout(guest) -> None:
     workload = {"name": "cpu-spin", "params": {"iterations": 100_000, "work": 10**9}}
-    cell = _cell({"name": "vm", "options": {"vcpus": 1, "memory": "256m"}}, workload=workload, timeout_s=15)
+    cell = _cell({"name": "vm", "options": {"vcpus": 1, "memory": "256m"}}, workload=workload, timeout_s=8)
     started = time.monotonic()
     _, outcome = _run(cell)
     assert outcome.status == "timeout" and "timeout" in outcome.error
