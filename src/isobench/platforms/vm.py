@@ -104,10 +104,11 @@ def kvm_verdict(refresh: bool = False) -> KvmVerdict:
             pass
     verdict = _test_kvm()
     if verdict.works is not None:
-        STATE_ROOT.mkdir(parents=True, exist_ok=True)
-        tmp = VERDICT_FILE.with_suffix(f".{os.getpid()}")
-        tmp.write_text(json.dumps({"boot": boot_id(), **dataclasses.asdict(verdict)}))
-        tmp.rename(VERDICT_FILE)
+        with contextlib.suppress(OSError):  # not root: the verdict is just not cached
+            STATE_ROOT.mkdir(parents=True, exist_ok=True)
+            tmp = VERDICT_FILE.with_suffix(f".{os.getpid()}")
+            tmp.write_text(json.dumps({"boot": boot_id(), **dataclasses.asdict(verdict)}))
+            tmp.rename(VERDICT_FILE)
     return verdict
 
 
