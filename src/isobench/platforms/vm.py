@@ -611,8 +611,10 @@ class QemuPlatform(Platform):
         run.kill()
         stderr = launched.resources.get("stderr")
         if run.monitor.exit_status not in (None, 0) or run_was_alive or run.proc.returncode not in (0, None):
-            message = run.monitor.exit_message or ("no exit status reported by the guest"
-                                                   if run.monitor.exit_status is None else "")
+            status = run.monitor.exit_status
+            message = run.monitor.exit_message or (
+                "the guest reported no exit status (killed, or it crashed: see the console above)"
+                if status is None else f"the job in the guest exited with status {status}")
             self._write_stderr(stderr, f"\n[isobench vm] guest console (tail):\n{tail}\n[isobench vm] {message}\n")
         prune_empty(runner_tag())
 
