@@ -121,7 +121,7 @@ def test_tables_hints_and_warnings_from_known_values(known: Path) -> None:
     assert cycles[1] == "1,025,000,000" and cycles[daemon] == "20,000,002"  # bare metal cell; docker's engine
     assert isinstance(views["fig-energy"], Skipped)
     pinning = views["tab-pinning-lenet-train"]
-    assert isinstance(pinning, Table) and pinning.rows[0][0] == "docker/runc"
+    assert isinstance(pinning, Table) and pinning.rows[0][0] == "docker/runc vs docker/runc (docker-pinned)"
 
     rules = {h.rule: h for h in analysis.hints}
     assert set(rules) == {"cfs-throttling", "pin", "optimizer", "sync-writeback", "shared-library-faults"}

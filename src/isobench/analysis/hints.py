@@ -60,7 +60,8 @@ def pinning(ctx: Context) -> list[Hint]:
             continue
         if c.ratio < 1.5:
             continue
-        pinned = [p for p in ctx.comparisons if p.metric == c.metric and p.platform == c.platform and
+        plugin = {g.platform_key: g.platform for g in ctx.groups}  # entries may carry labels of their own
+        pinned = [p for p in ctx.comparisons if p.metric == c.metric and plugin.get(p.label) == plugin.get(c.label) and
                   p.workload == c.workload and ev.is_pinned(p.knobs)]
         if not pinned or min(p.ratio for p in pinned) > 1.2:
             continue
