@@ -48,9 +48,9 @@ def runner_cpu_s() -> float:
     return own.ru_utime + own.ru_stime
 
 
-def run_once(cell: Cell, probes: dict, platform) -> tuple[float, float, dict]:  # type: ignore[no-untyped-def]
-    """(e2e seconds per item, probe-side CPU seconds, probe status) of one cell: the runner's own
-    CPU plus what the probes' child processes (perf) report they used."""
+def run_once(cell: Cell, probes: dict, platform) -> tuple[float, float, dict, float]:  # type: ignore[no-untyped-def]
+    """(e2e seconds per item, probe-side CPU seconds, probe status, wall seconds) of one cell: the
+    runner's own CPU plus what the probes' child processes (perf) report they used."""
     before = runner_cpu_s()
     outcome = run_cell(dataclasses.replace(cell, probes=probes), platform)
     used = runner_cpu_s() - before
@@ -58,16 +58,17 @@ def run_once(cell: Cell, probes: dict, platform) -> tuple[float, float, dict]:  
     if outcome.status != "ok":
         raise RuntimeError(f"{cell.workload}: {outcome.error}")
     e2e = next(v for m, v, _ in cell_metrics(outcome) if m == "e2e")
-    return e2e, used, outcome.probes.status
+    return e2e, used, outcome.probes.status, outcome.wall_s
 
 
 def interleaved(cell: Cell, platform, a: dict, b: dict, reps: int) -> dict:  # type: ignore[no-untyped-def]
     """Run ``a`` and ``b`` alternately (order flipped every round); per side: e2e values and CPU."""
-    sides: dict[str, dict] = {"a": {"e2e": [], "cpu": [], "status": []}, "b": {"e2e": [], "cpu": [], "status": []}}
+    sides: dict[str, dict] = {s: {"e2e": [], "cpu": [], "status": [], "wall": []} for s in "ab"}
     for rep in range(reps):
         order = [("a", a), ("b", b)] if rep % 2 == 0 else [("b", b), ("a", a)]
         for side, probes in order:
-            e2e, cpu, status = run_once(cell, probes, platform)
+            e2e, cpu, status, wall = run_once(cell, probes, platform)
+            sides[side]["wall"].append(wall)
             sides[side]["e2e"].append(e2e)
             sides[side]["cpu"].append(cpu)
             sides[side]["status"].append(status)
@@ -146,7 +147,8 @@ def main() -> None:
             extra_ms = 1000 * (mean(sides["a"]["cpu"]) - mean(sides["b"]["cpu"]))
             geo = [math.exp(mean([math.log(v) for v in sides[s]["e2e"]])) for s in "ab"]
             print(f"  {workload:13s} e2e on/off {fmt_ratio(sides['a']['e2e'], sides['b']['e2e'])}  "
-                  f"[{geo[0] * 1000:.2f} vs {geo[1] * 1000:.2f} ms/item]  runner CPU +{extra_ms:.0f} ms/cell")
+                  f"[{geo[0] * 1000:.2f} vs {geo[1] * 1000:.2f} ms/item]  runner CPU +{extra_ms:.0f} ms/cell "
+                  f"= {extra_ms / 10 / mean(sides['a']['wall']):.2f}% of one core over the cell")
 
     print(f"\noptional probes alone vs none, lenet-train, {args.platform}, {args.cost_reps} interleaved rounds")
     cell = make_cell("lenet-train", WORKLOADS["lenet-train"], args.platform)
