@@ -320,6 +320,10 @@ def perf_table(ctx: Context) -> list[View]:
             if all(v is None for v in values):
                 continue
             rows.append([event.replace("_", "-"), *("" if v is None else _num(v) for v in values + daemon)])
+        if rows and len(columns) > 7:  # many platform entries: one row each, the events across
+            rows = [[columns[j], *(row[j] for row in rows)] for j in range(1, len(columns))]
+            columns = ["platform: scope", *[e.replace("_", "-") for e in events
+                                            if any(ev.mean_of(g, prefix + e) is not None for g in groups)]]
         if rows:
             views.append(Table(f"tab-events-{workload}", f"{workload}: events per cell (mean over repetitions)",
                                f"{PB}, Table 5", columns, rows,

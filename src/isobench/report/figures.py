@@ -68,7 +68,7 @@ def stacked(data: dict[str, Any], colours: dict[str, str]) -> Any:
                 edgecolor="white", linewidth=0.5)
         left = [a + b for a, b in zip(left, scaled, strict=True)]
     for yi, total in zip(y, left, strict=True):
-        ax.text(total, yi, f" {total:.3g}", va="center", fontsize=9)
+        ax.text(total, yi, f" {total:,.0f}" if total >= 100 else f" {total:.3g}", va="center", fontsize=9)
     ax.set_yticks(y, labels)
     _colour_ticks(ax, data.get("keys", []), colours)
     ax.set_xlabel(data["xlabel"])

@@ -32,6 +32,7 @@ ul.headline { padding-left: 20px; } ul.headline li { margin: 4px 0; font-size: 1
 table { border-collapse: collapse; margin: 8px 0; font-size: 13.5px; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: 4px 8px; text-align: left; vertical-align: top; }
 table.wrap td { overflow-wrap: anywhere; }
+div.scroll { max-width: 100%; overflow-x: auto; }
 .caution { background: #fdecea; border: 1px solid #e8a39b; }
 table { max-width: 100%; } figure svg { display: block; max-width: 100%; }
 th { background: #fafafa; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
@@ -55,7 +56,8 @@ def _table(table: Table, klass: str = "") -> str:
                    + "</tr>" for row in table.rows)
     note = f"<p class=\"skip\">{esc(table.note)}</p>" if table.note else ""
     attr = f" class=\"{klass}\"" if klass else ""
-    return f"<table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+    # a table wider than the page scrolls inside its own box; the page never scrolls sideways
+    return f"<div class=\"scroll\"><table{attr}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{note}"
 
 
 NUMERIC = re.compile(r"^[±+-]?[\d,.]+(e[+-]?\d+)?\s*(×|%|ms|s|µs|J|W)?(\s*\(.*\))?$|^[\d.]+–[\d.]+$")
