@@ -60,7 +60,9 @@ def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None
         if c.metric == "e2e":
             top = phase_attribution(comparisons, c)
             if top:
-                text += f", mostly in {top[0]} ({top[1]:.0%} of the difference)"
+                share = (f"{top[1]:.0%} of the difference" if top[1] <= 1 else
+                         f"{top[1]:.0%} of the difference: other phases moved the other way")
+                text += f", mostly in {top[0]} ({share})"
         if c.p_holm is not None and c.p_holm >= 0.05:
             text += f"; not significant after Holm's correction (adjusted p={c.p_holm:.2f})"
     elif c.ci_low is not None:
