@@ -429,7 +429,8 @@ class QemuPlatform(Platform):
     """What vm, microvm and vm-container share: sizing, acceleration, launch and cleanup."""
 
     machine: ClassVar[str] = "pc"
-    startup_estimate_s = 3.0
+    #: boot plus the worker's start in the guest: a few seconds under KVM, ~10 s or more under TCG
+    startup_estimate_s = 8.0
     #: the study's `allow_emulation: true` is copied into this platform's options
     takes_allow_emulation: ClassVar[bool] = True
 
@@ -686,7 +687,7 @@ class Vm(QemuPlatform):
 class MicroVm(QemuPlatform):
     description = "QEMU's microvm machine (virtio-mmio, no PCI), the Firecracker-class design"
     machine = "microvm"
-    startup_estimate_s = 2.0
+    startup_estimate_s = 7.0
 
     def availability(self) -> Availability:
         if self.entry.options.get("vmm", "qemu") == "firecracker":
@@ -705,7 +706,7 @@ class MicroVm(QemuPlatform):
 class VmContainer(QemuPlatform):
     description = "an OCI container (crun or runc) started inside the vm guest"
     machine = "pc"
-    startup_estimate_s = 4.0
+    startup_estimate_s = 10.0
 
     @classmethod
     def validate_entry(cls, entry: PlatformEntry) -> None:
