@@ -135,15 +135,18 @@ def describe(waterfall: Waterfall) -> list[str]:
     full = waterfall.full_estimate
     lines = [f"layer waterfall, {waterfall.workload} e2e: {waterfall.full} is {full.ratio:.3f}× "
              f"{waterfall.baseline} ({_ci(full)}, n={full.n})"]
+    if not full.significant:  # shares of an overhead that may be zero mean nothing
+        lines[0] += ": its overhead is not resolved, so shares are not shown (add repetitions)"
     width = max([len(s.layer) for s in waterfall.steps] + [len("unexplained")])
     for step in waterfall.steps:
         mark = "" if step.estimate.significant else "  (not resolved)"
         lines.append(f"  {step.layer:<{width}}  {step.estimate.ratio:.3f}×  {_ci(step.estimate)}  "
-                     f"{_share(step.share)}{mark}")
+                     f"{_share(step.share if full.significant else None)}{mark}")
     if waterfall.remainder is not None:
         mark = "" if waterfall.remainder.significant else "  (not resolved)"
+        share = waterfall.remainder_share if full.significant else None
         lines.append(f"  {'unexplained':<{width}}  {waterfall.remainder.ratio:.3f}×  {_ci(waterfall.remainder)}  "
-                     f"{_share(waterfall.remainder_share)}{mark}")
+                     f"{_share(share)}{mark}")
     return lines
 
 
