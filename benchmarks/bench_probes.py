@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--cost-reps", type=int, default=3, help="rounds per optional probe")
     parser.add_argument("--platform", default="baremetal")
     parser.add_argument("--skip-default", action="store_true")
+    parser.add_argument("--skip-optional", action="store_true")
     args = parser.parse_args()
 
     started = time.monotonic()
@@ -150,6 +151,9 @@ def main() -> None:
                   f"[{geo[0] * 1000:.2f} vs {geo[1] * 1000:.2f} ms/item]  runner CPU +{extra_ms:.0f} ms/cell "
                   f"= {extra_ms / 10 / mean(sides['a']['wall']):.2f}% of one core over the cell")
 
+    if args.skip_optional:
+        print(f"\n(took {time.monotonic() - started:.0f} s)")
+        return
     print(f"\noptional probes alone vs none, lenet-train, {args.platform}, {args.cost_reps} interleaved rounds")
     cell = make_cell("lenet-train", WORKLOADS["lenet-train"], args.platform)
     platform = platform or platform_for(cell)
