@@ -65,7 +65,8 @@ def run(ctx: typer.Context, study: StudyArg = None,
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     store = Store.open(directory)
-    print_summary(store, compare(store), console)
+    # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
+    print_summary(store, [c for c in compare(store) if not c.emulated], console)
     console.print(f"results: [bold]{directory}[/] (isobench summary {directory})")
 
 
@@ -102,6 +103,7 @@ def summary(directory: Path,
             tables: Annotated[bool, typer.Option("--tables", help="also the studies' tables (Park & Bahn, "
                                                                "Prashanthi, Samani & Salehi, Siddaramanna & John)")]
             = False,
+            force: Annotated[bool, typer.Option("--force", help="also compare against emulated cells")] = False,
             ) -> None:
     """Print the comparisons of a finished (or interrupted) study."""
     from isobench.analysis.compare import compare
@@ -109,7 +111,7 @@ def summary(directory: Path,
     from isobench.store import Store
 
     store = Store.open(directory)
-    comparisons = compare(store)
+    comparisons = [c for c in compare(store) if force or not c.emulated]
     if as_json:
         fields = ("workload", "platform", "label", "knobs", "metric", "baseline", "ratio", "ci_low",
                   "ci_high", "n", "significant", "n_baseline", "p_value", "mean", "baseline_mean", "unit",
