@@ -21,8 +21,8 @@ REPLICATIONS: dict[str, dict[str, object]] = {
     },
     "prashanthi-2023": {
         "paper": "Prashanthi et al. 2023, containerized DNN training and inference on Jetson AGX Orin",
-        "scale": "LeNet-5 training and ResNet-18 inference on CPU (the paper: LeNet, MobileNetV3, ResNet-18/50 on "
-                 "the Orin's GPU); bare metal vs Docker, seccomp on and off",
+        "scale": "LeNet-5 and MobileNetV3-small training and ResNet-18 inference on CPU at a few steps (the paper: "
+                 "LeNet, MobileNetV3, ResNet-18/50 on the Orin's GPU); bare metal vs Docker, seccomp on and off",
         "numbers": [
             ("Fig. 1a: minibatch time as fetch stall / compute / logging (paper: LeNet compute +53.7%, MobileNet "
              "+16.3%, ResNet +7.3% in a container)", "fig-minibatch"),
