@@ -741,6 +741,8 @@ class VmContainer(QemuPlatform):
 
         runtime = self.runtime()
         rootfs = getattr(self, "rootfs", None) or build_skeleton((str(data_root()),))
+        if cell.mounts:  # the container's root is read-only: a script directory needs its mount point
+            rootfs = build_skeleton((str(data_root()), *cell.mounts))
         # The VM carries cpus/cpuset/memory; the container keeps the rest (seccomp, threads).
         inner = dataclasses.replace(cell, knobs={k: v for k, v in cell.knobs.items()
                                                  if k not in ("cpus", "cpuset", "memory")})
