@@ -56,3 +56,16 @@ def test_summary_of_known_values(tmp_path: Path) -> None:
     assert records[("docker", "phase.compute")]["ratio"] == pytest.approx(1.5)
     text = run_cli("summary", str(tmp_path)).stdout
     assert "1.50× baremetal" in text and "mostly in compute" in text
+
+
+def test_facts_a_workload_noted_are_kept_with_the_cell() -> None:
+    """Timing mode, epochs and the like travel in the done record and must reach platform_info."""
+    from types import SimpleNamespace
+
+    from isobench.runner.drivers import settle
+
+    outcome = SimpleNamespace(platform_info={}, done={
+        "type": "done", "items": 3, "run_s": 1.0, "timing": "clock", "epochs": 2,
+        "metrics": {"x": 1.0}, "info": {"loadgen": {"valid": True}}})
+    settle(outcome, None)
+    assert outcome.platform_info["workload"] == {"timing": "clock", "epochs": 2, "loadgen": {"valid": True}}

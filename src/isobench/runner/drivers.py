@@ -238,8 +238,12 @@ def start_host_driver(cell: Cell, platform: Platform, launched: Launched,
 
 def settle(outcome: Any, driver: HostDriver | None) -> None:
     """Fold a workload's ``done.info`` and a driver's results into the cell's outcome."""
-    if outcome.done and outcome.done.get("info"):
-        outcome.platform_info["workload"] = outcome.done["info"]
+    if outcome.done:
+        # Every fact a workload noted (timing mode, epochs, torch threads, ...) is kept with the cell.
+        facts = {k: v for k, v in outcome.done.items() if k not in ("type", "items", "run_s", "metrics", "info")}
+        facts.update(outcome.done.get("info") or {})
+        if facts:
+            outcome.platform_info["workload"] = facts
     if driver is None:
         return
     outcome.items.extend(driver.items)
