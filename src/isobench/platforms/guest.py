@@ -68,8 +68,16 @@ mount -t devtmpfs dev /host/dev
 mkdir -p /host/dev/shm /host/dev/pts
 mount -t tmpfs -o mode=1777 shm /host/dev/shm
 mount -t devpts devpts /host/dev/pts
+# Fresh /tmp and /run for the guest, but host paths under them that the job needs (a project or
+# virtual environment cloned under /tmp) stay visible: keep a view of the originals, bind them back.
+mkdir -p /keep/tmp /keep/run
+mount -o bind /host/tmp /keep/tmp
+mount -o bind /host/run /keep/run
 mount -t tmpfs -o mode=1777 tmp /host/tmp
 mount -t tmpfs -o mode=755 run /host/run
+for keep in $ISOBENCH_KEEP; do
+  mkdir -p "/host$keep" && mount -o bind "/keep$keep" "/host$keep" || fail "cannot keep $keep visible"
+done
 mount -t cgroup2 cgroup2 /host/sys/fs/cgroup 2>/dev/null
 mkdir -p /host/run/isobench-job
 cp /job/* /host/run/isobench-job/

@@ -48,7 +48,7 @@ from isobench.platforms.base import (
 )
 from isobench.platforms.cgroups import PARENT, CellCgroup, prune_empty, remove_tree, stale_groups
 from isobench.platforms.guest import CONTROL_PORT, RECORDS_PORT, GuestImage, cached_debian_kernel, guest_image
-from isobench.platforms.hostmirror import build_skeleton, container_env, data_root
+from isobench.platforms.hostmirror import build_skeleton, container_env, data_root, mirror_paths
 from isobench.study.model import Knobs, PlatformEntry, parse_memory
 
 STATE_ROOT = Path("/run/isobench/vm")
@@ -213,6 +213,7 @@ class GuestMonitor(threading.Thread):
         self.guest_uptime: dict[str, float] = {}
         #: vCPU index -> host CPUs its thread was seen on
         self.seen_cpus: dict[int, set[int]] = {i: set() for i in vcpu_threads}
+        self._first_ticks: dict[int, int] = {}
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -262,9 +263,14 @@ class GuestMonitor(threading.Thread):
         for index, tid in self.vcpu_threads.items():
             try:
                 fields = Path(f"/proc/{self.qemu_pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-                self.seen_cpus[index].add(int(fields[36]))  # field 39: CPU last run on
+                cpu_ticks = int(fields[11]) + int(fields[12])  # fields 14-15: utime + stime
             except (OSError, IndexError, ValueError):
-                pass
+                continue
+            # "CPU last run on" (field 39) says where the thread is only once it has run since the
+            # monitor started: a paused vCPU keeps showing the core it slept on before it was pinned.
+            baseline = self._first_ticks.setdefault(index, cpu_ticks)
+            if cpu_ticks > baseline:
+                self.seen_cpus[index].add(int(fields[36]))
 
     def stop(self) -> None:
         self._halt.set()
@@ -333,8 +339,12 @@ class GuestRun:
         shutil.rmtree(state, ignore_errors=True)
         job_dir = state / "job"
         job_dir.mkdir(parents=True)
+        # The guest mounts fresh tmpfs on /tmp and /run: name the mirrored paths beneath them to keep.
+        keep = " ".join(shlex.quote(p) for p in (*mirror_paths(), str(data_root()))
+                        if p.startswith(("/tmp/", "/run/")))
         (job_dir / "guest.env").write_text(
-            "ISOBENCH_ROOTFS=9p\nISOBENCH_ROOTFS_OPTS=trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose\n")
+            "ISOBENCH_ROOTFS=9p\nISOBENCH_ROOTFS_OPTS=trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose\n"
+            f"ISOBENCH_KEEP={shlex.quote(keep)}\n")
         (job_dir / "run.sh").write_text(job_script(job))
         for filename, text in (extra_files or {}).items():
             (job_dir / filename).write_text(text)
