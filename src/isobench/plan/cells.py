@@ -124,8 +124,7 @@ def expand(study: Study, repetitions: int | None = None) -> list[Cell]:
             cells.append(Cell(study=study.name, cell_id=f"{gkey}/{tag}", seq=len(cells),
                               rep=rep, warmup=warmup, seed=study.seed + rep, timeout_s=study.timeout_s,
                               probes=probes, **{k: v for k, v in group.items() if k != "_consumes"}))
-    from isobench.plan.tenancy import assign_tenants
-
     from isobench.plan.placement import resolve_cells
+    from isobench.plan.tenancy import assign_tenants
 
     return resolve_cells(assign_tenants(study, cells))
