@@ -362,10 +362,8 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
     and tenant. Devices: hdd, sata-ssd, nvme-ssd, pcm, optane (hdd and pcm as in Park & Bahn).
     """
     from isobench.nvmsim import trace as trace_mod
-    from isobench.nvmsim.devices import PRESETS, device
-    from isobench.nvmsim.model import SimConfig
+    from isobench.nvmsim.devices import device
     from isobench.nvmsim.run import capacity_sweep, compare, default_capacities
-    from isobench.study.model import parse_memory
 
     if len(traces) == 1 and traces[0].is_dir():
         from isobench.nvmsim.study_cli import nvmsim_study
@@ -373,17 +371,9 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
         nvmsim_study(traces[0], cell, export_csv, capacity, policy, nvm, slow, high_watermark, low_watermark,
                      as_json, console)
         return
-    for name, value in (("--nvm", nvm), ("--slow", slow)):
-        if value not in PRESETS:
-            raise UserError(f"unknown device {value!r}", field=name, fix=f"use one of {', '.join(PRESETS)}")
-    if policy not in ("lru", "clock", "hot"):
-        raise UserError(f"unknown policy {policy!r}", field="--policy", fix="use lru, clock or hot")
-    try:
-        pages = int(capacity) if capacity.isdigit() else max(1, parse_memory(capacity) // 4096)
-        config = SimConfig(pages, policy, high_watermark, low_watermark)  # type: ignore[arg-type]
-    except ValueError as err:
-        raise UserError(str(err).split("; fix:")[0], field="--capacity/--*-watermark",
-                        fix="give pages or a size such as 64m, and 0 < low <= high <= 1") from None
+    from isobench.nvmsim.study_cli import sim_config_from_options
+
+    config = sim_config_from_options(capacity, policy, nvm, slow, high_watermark, low_watermark)
     try:
         trace = trace_mod.load(traces)
     except (OSError, ValueError) as err:

@@ -11,22 +11,15 @@ from rich.console import Console
 from rich.table import Table
 
 from isobench.errors import UserError
+from isobench.nvmsim.model import SimConfig
 
 
-def nvmsim_study(directory: Path, cell: str | None, export_csv: Path | None, capacity: str, policy: str,
-                 nvm: str, slow: str, high_watermark: float, low_watermark: float, as_json: bool,
-                 console: Console) -> None:
-    from isobench.nvmsim.devices import PRESETS, device
-    from isobench.nvmsim.from_store import cell_traces
-    from isobench.nvmsim.from_store import export_csv as write_csv
-    from isobench.nvmsim.model import SimConfig
-    from isobench.nvmsim.run import compare
-    from isobench.store import Store
+def sim_config_from_options(capacity: str, policy: str, nvm: str, slow: str, high_watermark: float,
+                            low_watermark: float) -> SimConfig:
+    """The command line's simulation options, checked: one-line errors naming the option."""
+    from isobench.nvmsim.devices import PRESETS
     from isobench.study.model import parse_memory
 
-    if not Store.exists(directory):
-        raise UserError("not a study directory (no results store)", file=str(directory),
-                        fix="pass the --out directory of `isobench run`, or trace files")
     for name, value in (("--nvm", nvm), ("--slow", slow)):
         if value not in PRESETS:
             raise UserError(f"unknown device {value!r}", field=name, fix=f"use one of {', '.join(PRESETS)}")
@@ -34,10 +27,25 @@ def nvmsim_study(directory: Path, cell: str | None, export_csv: Path | None, cap
         raise UserError(f"unknown policy {policy!r}", field="--policy", fix="use lru, clock or hot")
     try:
         pages = int(capacity) if capacity.isdigit() else max(1, parse_memory(capacity) // 4096)
-        config = SimConfig(pages, policy, high_watermark, low_watermark)  # type: ignore[arg-type]
+        return SimConfig(pages, policy, high_watermark, low_watermark)  # type: ignore[arg-type]
     except ValueError as err:
         raise UserError(str(err).split("; fix:")[0], field="--capacity/--*-watermark",
                         fix="give pages or a size such as 64m, and 0 < low <= high <= 1") from None
+
+
+def nvmsim_study(directory: Path, cell: str | None, export_csv: Path | None, capacity: str, policy: str,
+                 nvm: str, slow: str, high_watermark: float, low_watermark: float, as_json: bool,
+                 console: Console) -> None:
+    from isobench.nvmsim.devices import device
+    from isobench.nvmsim.from_store import cell_traces
+    from isobench.nvmsim.from_store import export_csv as write_csv
+    from isobench.nvmsim.run import compare
+    from isobench.store import Store
+
+    if not Store.exists(directory):
+        raise UserError("not a study directory (no results store)", file=str(directory),
+                        fix="pass the --out directory of `isobench run`, or trace files")
+    config = sim_config_from_options(capacity, policy, nvm, slow, high_watermark, low_watermark)
     traces = [t for t in cell_traces(directory, cell) if len(t.trace)]
     if not traces:
         raise UserError("no captured write-backs" + (f" for cell {cell}" if cell else ""), file=str(directory),
