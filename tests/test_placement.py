@@ -27,22 +27,23 @@ def _cells(platforms: list[dict], workload: dict, **study: object) -> list:
 
 def test_quota_sweep_gives_times_inversely_proportional_to_the_quota() -> None:
     need_root()
-    # ~0.3 s of CPU per cell, single-threaded. The quotas stay below what one process gets on
-    # this shared 2-core host even when other agents load it (load ~15 leaves ~0.13 core each),
-    # so the quota, not the neighbours, sets the pace.
-    spin = {"name": "cpu-spin", "params": {"iterations": 5, "work": 450_000}}
-    cells = _cells([{"name": "baremetal", "knobs": {"cpus": [0.05, 0.1, 0.2]}}], spin)
-    per_item = {}
+    # About 1 s of CPU per cell, single-threaded, so the CFS period (100 ms) a cell starts or ends
+    # inside is a few percent of even the fastest cell. Quotas up to one core: on a quiet host
+    # (as CI is) one thread gets a whole core, so the quota alone sets the pace. Very low quotas
+    # are avoided on purpose: at 0.05 core CFS hands out one 5 ms slice a period and the
+    # accounting itself costs a visible share.
+    spin = {"name": "cpu-spin", "params": {"iterations": 10, "work": 2_000_000}}
+    cells = _cells([{"name": "baremetal", "knobs": {"cpus": [0.25, 0.5, 1.0]}}], spin)
+    total = {}
     for cell in cells:
         outcome = run_cell(cell, platform_for(cell))
         assert outcome.status == "ok", outcome.error
         assert outcome.hello["inside"]["cpu_limit"] == pytest.approx(cell.knobs["cpus"])
-        per_item[cell.knobs["cpus"]] = sum(i["e2e"] for i in outcome.items) / len(outcome.items)
-    # time × quota is the CPU time the work needs: the same at both low quotas.
-    cpu_time = {q: t * q for q, t in per_item.items()}
-    assert cpu_time[0.05] / cpu_time[0.1] == pytest.approx(1.0, abs=0.10), per_item
-    # 0.2 core can exceed one process's share of a busy shared host: only require it faster.
-    assert 1.2 < per_item[0.1] / per_item[0.2] < 2.2, per_item
+        total[cell.knobs["cpus"]] = sum(i["e2e"] for i in outcome.items)
+    # time × quota is the CPU time the work needs: the same at every quota, within a few percent.
+    cpu_time = {q: t * q for q, t in total.items()}
+    for quota in (0.25, 0.5):
+        assert cpu_time[quota] / cpu_time[1.0] == pytest.approx(1.0, abs=0.06), total
 
 
 def _sample_cpus(pid_of, stop: threading.Event, seen: set[int], allowed: set[str]) -> None:
