@@ -31,11 +31,13 @@ class Group:
     reps: dict[str, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
     #: a cell of this group ran under emulation (e.g. a VM under TCG): its times measure the emulator
     emulated: bool = False
+    #: the host the cells ran on (see host_of); a study spread over a cluster has one group per host
+    host: str = ""
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
+    def key(self) -> tuple[str, str, str, str, str]:
         return (self.workload, json.dumps(self.params, sort_keys=True), self.platform_key,
-                json.dumps(self.knobs, sort_keys=True))
+                json.dumps(self.knobs, sort_keys=True), self.host)
 
 
 @dataclass
@@ -69,6 +71,8 @@ class Comparison:
     emulated: bool = False
     #: the workload's parameters (a sweep gives one comparison per value)
     params: dict[str, Any] = field(default_factory=dict)
+    #: the host both sides ran on: a platform is only ever compared with the baseline of its own host
+    host: str = ""
 
     @property
     def significant_holm(self) -> bool:
@@ -87,28 +91,44 @@ class Comparison:
         return asdict(self)
 
 
+def host_of(platform_info: dict[str, Any] | str | None) -> str:
+    """The host a cell ran on: the runner's ``host_key``; stores written before it, the hostname."""
+    if isinstance(platform_info, str):
+        platform_info = json.loads(platform_info) if platform_info else None
+    if not isinstance(platform_info, dict):
+        return ""
+    return str(platform_info.get("host_key") or platform_info.get("host") or "")
+
+
 def load_groups(store: Store) -> list[Group]:
     groups: dict[tuple[str, ...], Group] = {}
     for row in store.metric_rows():
         if row["warmup"]:
             continue
-        key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"])
+        info = json.loads(row["platform_info"]) if row["platform_info"] else {}
+        host = host_of(info)
+        key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"], host)
         group = groups.get(key)
         if group is None:
             group = groups[key] = Group(row["workload_key"], json.loads(row["params"]), row["platform"],
                                         row["platform_key"], row["display"], json.loads(row["knobs"]),
-                                        defaultdict(list), {})
+                                        defaultdict(list), {}, host=host)
         group.metrics[row["metric"]].append(row["value"])
         group.reps[row["metric"]].append((row["rep"], row["value"]))
         group.units[row["metric"]] = row["unit"]
-        if row["platform_info"] and json.loads(row["platform_info"]).get("emulated"):
+        if info.get("emulated"):
             group.emulated = True
-    for row in store.conn.execute("SELECT workload_key, params, platform_key, knobs, COUNT(*) AS n "
-                                  "FROM cells WHERE warmup = 0 AND status != 'ok' GROUP BY 1, 2, 3, 4"):
-        key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"])
+    for row in store.conn.execute("SELECT workload_key, params, platform_key, knobs, platform_info "
+                                  "FROM cells WHERE warmup = 0 AND status != 'ok'"):
+        key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"], host_of(row["platform_info"]))
         if key in groups:
-            groups[key].failed = row["n"]
+            groups[key].failed += 1
     return list(groups.values())
+
+
+def hosts_of(items: list[Any]) -> list[str]:
+    """The distinct hosts of groups or comparisons, in first-seen order."""
+    return list(dict.fromkeys(item.host for item in items))
 
 
 def _baseline_for(group: Group, candidates: list[Group]) -> Group | None:
@@ -129,12 +149,16 @@ def compare(store: Store) -> list[Comparison]:
     # A tenant group on the baseline's platform measures interference: it is no A/A entry.
     tenant_keys = {p.key for p in study.platforms if tenant_spec(study, p) != 1}
     groups = load_groups(store)
-    baselines = [g for g in groups if g.platform_key == baseline_key]
+    baselines: dict[str, list[Group]] = defaultdict(list)
+    for g in groups:
+        if g.platform_key == baseline_key:
+            baselines[g.host].append(g)
     results: list[Comparison] = []
     for group in groups:
         if group.platform_key == baseline_key:
             continue
-        base = _baseline_for(group, baselines)
+        # Hosts differ in hardware: a ratio across hosts would measure the hosts, not the platform.
+        base = _baseline_for(group, baselines.get(group.host, []))
         if base is None:
             continue
         for metric in sorted(group.metrics):
@@ -152,7 +176,7 @@ def compare(store: Store) -> list[Comparison]:
                 method=METHOD, is_aa=group.platform == baseline_name and group.platform_key not in tenant_keys,
                 boot_low=boot[0] if boot else None, boot_high=boot[1] if boot else None,
                 effect=effect_words(est.ratio, metric), emulated=group.emulated or base.emulated,
-                params=group.params))
+                params=group.params, host=group.host))
     _adjust(results)
     return results
 
@@ -172,12 +196,13 @@ def _adjust(results: list[Comparison]) -> None:
     for family in by_metric.values():
         for c, p in zip(family, holm([c.p_value for c in family]), strict=True):
             c.p_holm = p
-    floors: dict[tuple[str, str], list[Comparison]] = defaultdict(list)
+    # A host's noise is its own: the floor comes from the A/A entry of the same host.
+    floors: dict[tuple[str, str, str, str], list[Comparison]] = defaultdict(list)
     for c in results:
         if c.is_aa:
-            floors[(c.workload, json.dumps(c.params, sort_keys=True), c.metric)].append(c)
+            floors[(c.workload, json.dumps(c.params, sort_keys=True), c.metric, c.host)].append(c)
     for c in results:
-        candidates = floors.get((c.workload, json.dumps(c.params, sort_keys=True), c.metric), [])
+        candidates = floors.get((c.workload, json.dumps(c.params, sort_keys=True), c.metric, c.host), [])
         if not candidates:
             continue
         # The A/A entry with the same knobs if there is one, else the one sharing most knobs.
@@ -191,7 +216,7 @@ def phase_attribution(comparisons: list[Comparison], e2e: Comparison) -> tuple[s
     if delta == 0:
         return None
     phases = [c for c in comparisons if c.metric.startswith("phase.") and c.workload == e2e.workload
-              and c.label == e2e.label and c.knobs == e2e.knobs and c.params == e2e.params]
+              and c.label == e2e.label and c.knobs == e2e.knobs and c.params == e2e.params and c.host == e2e.host]
     if not phases:
         return None
     top = max(phases, key=lambda c: (c.mean - c.baseline_mean) * (1 if delta > 0 else -1))

@@ -52,10 +52,17 @@ def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, forc
             raise UserError(reason, fix="compare studies of the same workloads and parameters, or pass --force "
                                         "to compare only what they share")
         notes.append(f"forced: {reason}; only the shared workloads are compared")
-    index_a = {g.key: g for g in groups_a}
+    # Two studies usually ran on two hosts: match groups without the host, unless A ran on several
+    # hosts (a cluster study), where B's group meets A's group of the same host.
+    by_host = len({g.host for g in groups_a}) > 1
+    index_a = {(g.key if by_host else g.key[:4]): g for g in groups_a}
+
+    def counterpart(g: Group) -> Group | None:
+        return index_a.get(g.key if by_host else g.key[:4])
+
     results: list[Comparison] = []
     for g in groups_b:
-        ref = index_a.get(g.key)
+        ref = counterpart(g)
         if ref is None:
             continue
         if (g.emulated != ref.emulated) and not force:
@@ -74,7 +81,8 @@ def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, forc
                 p_value=est.p_value, mean=statistics.fmean(sample), baseline_mean=statistics.fmean(reference),
                 unit=g.units.get(metric, ""), method=METHOD, is_aa=False,
                 boot_low=boot[0] if boot else None, boot_high=boot[1] if boot else None,
-                effect=effect_words(est.ratio, metric), emulated=g.emulated or ref.emulated, params=g.params))
+                effect=effect_words(est.ratio, metric), emulated=g.emulated or ref.emulated, params=g.params,
+                host=g.host))
     if not results:
         raise UserError("the two studies share no group (workload, parameters, platform entry and knobs)",
                         fix="compare studies run from the same study file")
@@ -89,7 +97,7 @@ def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, forc
                 floors[key] = max(floors.get(key, 0.0), width)
     for c in results:
         c.noise_floor = floors.get((c.workload, json.dumps(c.params, sort_keys=True), c.metric))
-    missing = len(groups_b) - sum(1 for g in groups_b if g.key in index_a)
+    missing = len(groups_b) - sum(1 for g in groups_b if counterpart(g) is not None)
     if missing:
         notes.append(f"{missing} group(s) of {name_b} have no counterpart in {name_a} (other platforms or knobs)")
     return CrossResult(results, notes)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from isobench.analysis.compare import Group
+from isobench.analysis.compare import Group, host_of
 from isobench.store import Store
 
 
@@ -73,7 +73,7 @@ def core_count(knobs: dict[str, Any]) -> float | None:
 @dataclass
 class CellInfo:
     cell_id: str
-    group_key: tuple[str, str, str, str]
+    group_key: tuple[str, str, str, str, str]  # Group.key: host last
     display: str
     platform: str
     platform_key: str
@@ -92,7 +92,7 @@ def cell_index(store: Store) -> dict[str, CellInfo]:
         tenants = int((tenancy or {}).get("tenants") or (info or {}).get("tenants") or 1)
         index[row["cell_id"]] = CellInfo(
             row["cell_id"], (row["workload_key"], json.dumps(row["params"], sort_keys=True), row["platform_key"],
-                             json.dumps(row["knobs"], sort_keys=True)),
+                             json.dumps(row["knobs"], sort_keys=True), host_of(info)),
             row["display"], row["platform"], row["platform_key"], row["workload_key"], row["knobs"], row["rep"],
             tenants)
     return index

@@ -83,7 +83,7 @@ def optimizer(ctx: Context) -> list[Hint]:
         if top is None or top[0] not in ("optimizer", "optimizer_step") or top[1] < 0.5:
             continue
         phase = next(p for p in ctx.comparisons if p.metric == f"phase.{top[0]}" and p.label == c.label
-                     and p.workload == c.workload and p.knobs == c.knobs)
+                     and p.workload == c.workload and p.knobs == c.knobs and p.host == c.host)
         hints.append(Hint("optimizer", f"{c.workload} on {c.platform}: the optimizer step holds {top[1]:.0%} of the "
                                        f"extra time ({phase.baseline_mean * 1e3:.2f} → {phase.mean * 1e3:.2f} ms per "
                                        f"minibatch, {phase.ratio:.2f}×): the parameter update is where the platform "
@@ -98,7 +98,7 @@ def fetch_stall(ctx: Context) -> list[Hint]:
         if not c.significant or c.ratio <= 1:
             continue
         stall = next((p for p in ctx.comparisons if p.metric in ("phase.fetch_stall", "phase.preprocess")
-                      and p.label == c.label and p.workload == c.workload and p.knobs == c.knobs
+                      and p.label == c.label and p.workload == c.workload and p.knobs == c.knobs and p.host == c.host
                       and p.significant and p.ratio > 1.1), None)
         if stall is None:
             continue

@@ -74,7 +74,7 @@ def interference(store: Store) -> list[Interference]:
         engine = _engine(entries[group.platform_key])
         alone: Group | None = next((g for g in solo if _engine(entries[g.platform_key]) == engine
                                     and g.workload == group.workload and g.params == group.params
-                                    and g.knobs == group.knobs), None)
+                                    and g.knobs == group.knobs and g.host == group.host), None)
         if alone is None:
             continue
         beside_e2e, alone_e2e = group.metrics["e2e"], alone.metrics["e2e"]

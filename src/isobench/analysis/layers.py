@@ -82,7 +82,7 @@ def combination_ci(terms: list[tuple[float, list[float]]], confidence: float = 0
 
 def _match(group: Group, candidates: list[Group]) -> Group | None:
     same = [c for c in candidates if c.workload == group.workload and c.params == group.params
-            and METRIC in c.metrics]
+            and c.host == group.host and METRIC in c.metrics]
     if not same:
         return None
     return max(same, key=lambda c: sum(group.knobs.get(k) == v for k, v in c.knobs.items()))
@@ -100,7 +100,8 @@ def waterfalls(store: Store) -> list[Waterfall]:
     results = []
     for full in fulls:
         base = _match(full, baselines)
-        ladder = sorted((g for g in layers if g.workload == full.workload and g.params == full.params),
+        ladder = sorted((g for g in layers if g.workload == full.workload and g.params == full.params
+                         and g.host == full.host),
                         key=lambda g: g.platform_key)
         if base is None or not ladder:
             continue

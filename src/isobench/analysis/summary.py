@@ -7,7 +7,8 @@ from typing import Any
 
 from isobench.analysis import evidence as ev
 from isobench.analysis.advisor import repetitions_for_halfwidth, repetitions_for_power
-from isobench.analysis.compare import Comparison, Group, compare, load_groups
+from isobench.analysis.compare import Comparison, Group, compare, hosts_of, load_groups
+from isobench.analysis.fleet import FleetRow, fleet_rows, fleet_views
 from isobench.analysis.hints import Hint, hints
 from isobench.analysis.stats import log_sd
 from isobench.analysis.views import Context, View, build_views
@@ -27,6 +28,7 @@ class Advice:
     n_halfwidth: int  # per group, for a 95% CI of ±target
     n_power: int  # per group, to detect +target with 80% power
     target: float
+    host: str = ""
 
 
 @dataclass
@@ -44,6 +46,12 @@ class Analysis:
     adaptive: dict[str, Any] | None = None
     forced: bool = False
     shown: list[Comparison] = field(default_factory=list)
+    #: the hosts the shown comparisons ran on, in first-seen order (one for a single-host study)
+    hosts: list[str] = field(default_factory=list)
+    #: each comparison spread over the hosts; empty unless the study ran on two or more hosts
+    fleet: list[FleetRow] = field(default_factory=list)
+    #: store meta ``hosts``: host key -> {"labels": ..., "fingerprint": ...} (empty in older stores)
+    hosts_meta: dict[str, Any] = field(default_factory=dict)
 
 
 def advise(groups: list[Group], comparisons: list[Comparison], baseline_key: str, target: float) -> list[Advice]:
@@ -52,8 +60,9 @@ def advise(groups: list[Group], comparisons: list[Comparison], baseline_key: str
         if c.metric != "e2e":
             continue
         other = next((g for g in groups if g.workload == c.workload and g.platform_key == c.label
-                      and g.knobs == c.knobs), None)
-        bases = [g for g in groups if g.workload == c.workload and g.platform_key == baseline_key]
+                      and g.knobs == c.knobs and g.host == c.host), None)
+        bases = [g for g in groups if g.workload == c.workload and g.platform_key == baseline_key
+                 and g.host == c.host]
         base = next((g for g in bases if g.knobs == c.knobs), bases[0] if bases else None)
         if other is None or base is None:
             continue
@@ -62,7 +71,7 @@ def advise(groups: list[Group], comparisons: list[Comparison], baseline_key: str
             continue
         advice.append(Advice(c.workload, c.platform, c.knobs, max(sd_a, sd_b), c.n,
                              repetitions_for_halfwidth(sd_a, sd_b, target),
-                             repetitions_for_power(sd_a, sd_b, target), target))
+                             repetitions_for_power(sd_a, sd_b, target), target, c.host))
     return advice
 
 
@@ -83,8 +92,23 @@ def analyse(store: Store, force: bool = False, target: float = 0.01, with_views:
                 for row in store.cells(include_warmup=True) if row["status"] != "ok"]
     import json
 
+    hosts_meta = load_hosts_meta(store)
+    # The fleet views lead: with several hosts, how a platform spreads over them is the first question.
+    views = [*fleet_views(shown, hosts_meta), *build_views(ctx)] if with_views else []
     return Analysis(study=study, study_text=text, host=store.host(), groups=groups, comparisons=comparisons,
-                    views=build_views(ctx) if with_views else [],
+                    views=views, hosts=hosts_of(shown), fleet=fleet_rows(shown), hosts_meta=hosts_meta,
                     warnings=study_warnings(store.host(), groups, comparisons, len(failures), baseline_key, target),
                     hints=hints(ctx), advice=advise(groups, shown, baseline_key, target), failures=failures,
                     adaptive=json.loads(adaptive_meta) if adaptive_meta else None, forced=force, shown=shown)
+
+
+def load_hosts_meta(store: Store) -> dict[str, Any]:
+    """The runner's ``hosts`` meta; a malformed one is ignored (it only labels hosts, never changes numbers)."""
+    import json
+
+    raw = store.meta("hosts")
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

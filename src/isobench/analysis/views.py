@@ -162,14 +162,16 @@ def ratio_views(ctx: Context) -> list[View]:
     order = {key: i for i, key in enumerate(ctx.platform_order)}
     e2e = sorted((c for c in ctx.comparisons if c.metric == "e2e" and c.ci_low is not None and not c.emulated),
                  key=lambda c: (c.workload, json.dumps(c.params, sort_keys=True), order.get(c.label, 99),
-                                json.dumps(c.knobs, sort_keys=True)))
+                                json.dumps(c.knobs, sort_keys=True), c.host))
     if not e2e:
         return [Skipped("fig-ratios", "E2E time relative to the baseline", "all studies",
                         "no comparison has two or more repetitions on both sides")]
     labels = []
+    multi = len({c.host for c in e2e}) > 1  # a cluster study: one bar per host, named
     for c in e2e:
         variant = variant_text(ctx, c.workload, c.params)
         labels.append(f"{c.workload}" + (f" ({variant})" if variant else "") + f": {c.platform}" +
+                      (f" on {c.host}" if multi else "") +
                       (f" [{_knobs(c.knobs)}]" if _knobs(c.knobs) else "") + (" (A/A)" if c.is_aa else ""))
     fig = Figure("fig-ratios", "E2E time per item relative to the baseline, 95% CIs (grey band: A/A noise floor)",
                  "all studies", "forest",

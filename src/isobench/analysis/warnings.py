@@ -92,43 +92,46 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
         found.append(Warning_("cells", f"{failed_cells} cell(s) did not finish: their groups have fewer "
                                        "repetitions; `isobench summary DIR` lists why."))
     # -- the results --
+    # A study over several hosts: each warning names the host it is about.
+    multi = len({g.host for g in groups}) > 1
+    where = (lambda item: f" on host {item.host}") if multi else (lambda item: "")  # noqa: E731
     for g in groups:
         pairs = g.reps.get("e2e", [])
         for rep, value, z in outlier_reps(pairs):
             median = statistics.median(v for _, v in pairs)
-            found.append(Warning_("outlier", f"{g.workload} on {ev.group_label(g)}: repetition {rep} is an outlier "
+            found.append(Warning_("outlier", f"{g.workload} on {ev.group_label(g)}{where(g)}: repetition {rep} is an outlier "
                                              f"(e2e {value * 1e3:.2f} ms vs median {median * 1e3:.2f} ms, robust "
                                              f"z={z:.1f}): something else ran then. Check the host, re-run, or add "
                                              "repetitions."))
         spread = log_sd(g.metrics.get("e2e", []))
         if spread is not None and spread > UNSTABLE_SD:
-            found.append(Warning_("unstable", f"{g.workload} on {ev.group_label(g)}: the standard deviation is "
+            found.append(Warning_("unstable", f"{g.workload} on {ev.group_label(g)}{where(g)}: the standard deviation is "
                                               f"{spread:.0%} of the mean between repetitions: the result is "
                                               "unstable. Tune the host, lengthen each cell, or add repetitions.",
-                                  f"{g.workload} on {ev.group_label(g)} {spread:.0%}"))
+                                  f"{g.workload} on {ev.group_label(g)}{where(g)} {spread:.0%}"))
     for c in comparisons:
         if c.metric != "e2e" or c.is_aa or c.noise_floor is None or c.emulated:
             continue
         effect = abs(c.ratio - 1)
         if c.noise_floor > effect:
-            base = _group(groups, c.workload, baseline_key, c.knobs, baseline=True)
-            other = _group(groups, c.workload, c.label, c.knobs)
+            base = _group(groups, c.workload, baseline_key, c.knobs, baseline=True, host=c.host)
+            other = _group(groups, c.workload, c.label, c.knobs, host=c.host)
             advice = ""
             if base and other:
                 # The noisiest of the groups involved, A/A entries included: the floor is set by them too.
                 aa = [g for g in groups if g.workload == c.workload and g.params == c.params and g.reps.get("e2e")
-                      and g.platform_key != baseline_key and g.platform == base.platform]
+                      and g.platform_key != baseline_key and g.platform == base.platform and g.host == c.host]
                 spreads = [log_sd(g.metrics["e2e"]) for g in (other, base, *aa)]
                 known = [sd for sd in spreads if sd is not None]
                 if len(known) >= 2:
                     goal = max(effect, target)
                     n = repetitions_for_halfwidth(max(known), max(known), goal)
                     advice = f" About {n} repetitions per group would resolve ±{goal:.1%} at this noise."
-            found.append(Warning_("floor", f"{c.workload} on {c.platform}: the effect ({c.ratio - 1:+.1%}) is "
+            found.append(Warning_("floor", f"{c.workload} on {c.platform}{where(c)}: the effect ({c.ratio - 1:+.1%}) is "
                                            f"smaller than the A/A noise floor ({fmt_floor(c.noise_floor)}): it is not "
-                                           f"resolved.{advice}", f"{c.workload} on {c.platform} {c.ratio - 1:+.1%}"))
+                                           f"resolved.{advice}", f"{c.workload} on {c.platform}{where(c)} {c.ratio - 1:+.1%}"))
         if c.significant and c.p_holm is not None and c.p_holm >= 0.05:
-            found.append(Warning_("holm", f"{c.workload} on {c.platform}: the interval excludes 1 but not after "
+            found.append(Warning_("holm", f"{c.workload} on {c.platform}{where(c)}: the interval excludes 1 but not after "
                                           f"Holm's correction for the study's comparisons (adjusted p={c.p_holm:.3f}); "
                                           "treat it as a lead, not a finding, or add repetitions."))
     found = _collapse(found, "unstable", "the spread between repetitions exceeds 10% of the mean in {n} groups "
@@ -144,7 +147,8 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
 
 
 def _group(groups: list[Group], workload: str, label: str, knobs: dict[str, Any],
-           baseline: bool = False) -> Group | None:
+           baseline: bool = False, host: str = "") -> Group | None:
+    groups = [g for g in groups if g.host == host]  # a comparison's two sides ran on one host
     if baseline:  # the baseline may sweep fewer knobs than the platform compared with it
         candidates = [g for g in groups if g.workload == workload and g.platform_key == label]
         exact = [g for g in candidates if g.knobs == knobs]

@@ -75,18 +75,25 @@ def ordered(analysis: Analysis) -> list[Any]:
     """Comparisons by workload, then the study's platform order (A/A entries where they are listed)."""
     order = {p.key: i for i, p in enumerate(analysis.study.platforms)}
     return sorted(analysis.shown, key=lambda c: (c.workload, json.dumps(c.params, sort_keys=True),
-                                                 order.get(c.label, 99), json.dumps(c.knobs, sort_keys=True)))
+                                                 order.get(c.label, 99), json.dumps(c.knobs, sort_keys=True),
+                                                 c.host))
 
 
 def ordered_e2e(analysis: Analysis) -> list[Any]:
     return [c for c in ordered(analysis) if c.metric == "e2e"]
 
 
+def multi_host(analysis: Analysis) -> bool:
+    return len(analysis.hosts) > 1
+
+
 def comparison_rows(analysis: Analysis) -> list[list[str]]:
+    """One row per e2e comparison, in COMPARISON_COLUMNS' order; with several hosts a host column after
+    the workload (see comparison_columns)."""
     rows = []
     for c in ordered_e2e(analysis):
         entry = c.platform + (f" ({c.label})" if c.label not in c.platform and not c.is_aa else "")
-        rows.append([c.workload, entry + (" (A/A)" if c.is_aa else "") + (" [emulated]" if c.emulated else ""),
+        rows.append([c.workload, *([c.host] if multi_host(analysis) else []), entry + (" (A/A)" if c.is_aa else "") + (" [emulated]" if c.emulated else ""),
                      fmt_knobs(c.knobs), f"{c.n}/{c.n_baseline}", fmt_seconds(c.baseline_mean), fmt_seconds(c.mean),
                      f"{c.ratio:.3f}", _ci(c.ci_low, c.ci_high), _ci(c.boot_low, c.boot_high),
                      "" if c.p_holm is None else f"{c.p_holm:.3g}",
@@ -99,13 +106,18 @@ COMPARISON_COLUMNS = ["workload", "platform", "knobs", "n", "baseline", "platfor
                       "95% CI (Welch, logs)", "95% CI (bootstrap)", "p (Holm)", "A/A noise floor", "effect"]
 
 
+def comparison_columns(analysis: Analysis) -> list[str]:
+    return ["workload", "host", *COMPARISON_COLUMNS[1:]] if multi_host(analysis) else COMPARISON_COLUMNS
+
+
 def _comparison_table(analysis: Analysis, colours: dict[str, str]) -> str:
-    head = "".join(f"<th>{esc(c)}</th>" for c in COMPARISON_COLUMNS)
+    head = "".join(f"<th>{esc(c)}</th>" for c in comparison_columns(analysis))
     body = []
     for c, row in zip(ordered_e2e(analysis), comparison_rows(analysis), strict=True):
+        host = [f"<td>{esc(row.pop(1))}</td>"] if multi_host(analysis) else []
         klass = "same" if c.is_aa or not c.significant_holm else ("slower" if c.ratio > 1 else "faster")
         swatch = f"<span class=\"swatch\" style=\"background:{colours.get(c.label, '#999')}\"></span>"
-        cells = [f"<td>{esc(row[0])}</td>", f"<td class=\"nowrap\">{swatch}{esc(row[1])}</td>",
+        cells = [f"<td>{esc(row[0])}</td>", *host, f"<td class=\"nowrap\">{swatch}{esc(row[1])}</td>",
                  f"<td>{esc(row[2])}</td>", *(f"<td class=\"num\">{esc(v)}</td>" for v in row[3:11])]
         cells.append(f"<td class=\"{klass}\">{esc(row[11])}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -171,9 +183,14 @@ def render_html(analysis: Analysis) -> str:
                  f"values; beside it a percentile bootstrap by repetition. p (Holm): Welch's p adjusted across the "
                  f"study's {sum(1 for c in analysis.shown if c.metric == 'e2e' and not c.is_aa)} non-A/A "
                  "comparisons. Effect words: &lt;1% negligible, &lt;5% small, &lt;20% moderate, else large.</p>")
+    if multi_host(analysis):
+        parts.append(f"<p class=\"sub\">The study ran on {len(analysis.hosts)} hosts: each platform is compared with "
+                     "the baseline of its own host, never another's. How each platform spreads over the hosts: "
+                     "<a href=\"#tab-fleet\">fleet</a>, <a href=\"#tab-hosts\">host by host</a>.</p>")
     parts.append(_comparison_table(analysis, colours))
     if analysis.advice:
-        rows = [[a.workload, a.platform, fmt_knobs(a.knobs), f"{a.noise:.2%}", str(a.n_now), str(a.n_halfwidth),
+        rows = [[a.workload, a.platform + (f" on {a.host}" if multi_host(analysis) else ""), fmt_knobs(a.knobs),
+                 f"{a.noise:.2%}", str(a.n_now), str(a.n_halfwidth),
                  str(a.n_power)] for a in analysis.advice]
         target = analysis.advice[0].target
         parts.append("<h3>Sample-size advisor</h3>")
@@ -182,7 +199,8 @@ def render_html(analysis: Analysis) -> str:
                                                       f"to detect +{target:.0%} (80% power)"], rows)))
     if analysis.adaptive:
         a = analysis.adaptive
-        rows = [[c["workload"], c["platform"], fmt_knobs(c["knobs"]), str(c["n"]),
+        rows = [[c["workload"], c["platform"] + (f" on {c.get('host')}" if multi_host(analysis) else ""),
+                 fmt_knobs(c["knobs"]), str(c["n"]),
                  "n/a" if c["half_width"] is None else f"±{c['half_width']:.2%}",
                  (f"reached the target at round {c['reached_at']}" if c["status"] == "reached" else
                   "budget ran out first" if c["status"] == "budget" else "still running")]
@@ -231,6 +249,11 @@ def render_html(analysis: Analysis) -> str:
         parts.append("</ul>")
     parts.append("<h2 id=\"host\">Host fingerprint</h2>")
     parts.append(_table(Table("host", "", "", ["key", "value"], _fingerprint_rows(host)), klass="wrap"))
+    if multi_host(analysis) and analysis.hosts_meta:  # the runner's record of each host of a cluster study
+        parts.append("<h3>Hosts of the study</h3>")
+        parts.append(_table(Table("hosts", "", "", ["host", "key", "value"],
+                                  [[h, *row] for h in analysis.hosts
+                                   for row in _fingerprint_rows(analysis.hosts_meta.get(h) or {})]), klass="wrap"))
     parts.append(f"<h2 id=\"study\">Study file</h2><pre>{esc(analysis.study_text)}</pre>")
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

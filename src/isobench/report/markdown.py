@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from isobench.analysis.summary import Analysis
 from isobench.analysis.views import Figure, Skipped, Table
-from isobench.report.html import COMPARISON_COLUMNS, comparison_rows, ordered, resolve_target
+from isobench.report.html import comparison_columns, comparison_rows, multi_host, ordered, resolve_target
 from isobench.report.replication import replication
 from isobench.report.terminal import fmt_knobs, headline
 
@@ -16,6 +16,11 @@ def md_table(columns: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def _source(view: Table | Figure) -> str:
+    """The view's id, and the paper it regenerates where it does (the fleet views regenerate none)."""
+    return f"`{view.id}`; {view.paper}" if view.paper else f"`{view.id}`"
 
 
 def render_markdown(analysis: Analysis) -> str:
@@ -33,20 +38,22 @@ def render_markdown(analysis: Analysis) -> str:
             out.append(f"- {text} → " + (f"`{target}`" if target else "")
                        + ("" if measured else " (not measured in this run)"))
     out += ["", "## Comparisons with the baseline (E2E time per item)", "",
-            md_table(COMPARISON_COLUMNS, comparison_rows(analysis))]
+            md_table(comparison_columns(analysis), comparison_rows(analysis))]
     if analysis.advice:
         target = analysis.advice[0].target
         out += ["", "### Sample-size advisor", "",
                 md_table(["workload", "platform", "knobs", "noise", "repetitions now", f"for a ±{target:.0%} CI",
                           f"to detect +{target:.0%} (80% power)"],
-                         [[a.workload, a.platform, fmt_knobs(a.knobs), f"{a.noise:.2%}", str(a.n_now),
+                         [[a.workload, a.platform + (f" on {a.host}" if multi_host(analysis) else ""),
+                           fmt_knobs(a.knobs), f"{a.noise:.2%}", str(a.n_now),
                            str(a.n_halfwidth), str(a.n_power)] for a in analysis.advice])]
     if analysis.adaptive:
         a = analysis.adaptive
         out += ["", "### Adaptive repetitions", "", f"Target ±{a['target']:.1%} on {a['metric']}, {a['rounds']} "
                 f"round(s): {a['reason']}.", ""]
         out.append(md_table(["workload", "platform", "n", "half-width", "status"],
-                            [[c["workload"], c["platform"], str(c["n"]),
+                            [[c["workload"], c["platform"] + (f" on {c.get('host')}" if multi_host(analysis) else ""),
+                              str(c["n"]),
                               "n/a" if c["half_width"] is None else f"±{c['half_width']:.2%}",
                               c["status"] + (f" at round {c['reached_at']}" if c.get("reached_at") else "")]
                              for c in a["comparisons"]]))
@@ -61,10 +68,10 @@ def render_markdown(analysis: Analysis) -> str:
             skipped.append(view)
         elif isinstance(view, Figure):
             if view.table:
-                out += [f"### {view.title} (`{view.id}`; {view.paper})", "", md_table(view.table.columns,
+                out += [f"### {view.title} ({_source(view)})", "", md_table(view.table.columns,
                                                                                        view.table.rows), ""]
         elif isinstance(view, Table):
-            out += [f"### {view.title} (`{view.id}`; {view.paper})", "", md_table(view.columns, view.rows), ""]
+            out += [f"### {view.title} ({_source(view)})", "", md_table(view.columns, view.rows), ""]
     if skipped:
         out += ["### Not measured in this study", ""] + [f"- {s.title} ({s.paper}): {s.reason}" for s in skipped]
     if analysis.failures:

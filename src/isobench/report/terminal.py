@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from isobench.analysis.compare import Comparison, phase_attribution
+from isobench.analysis.compare import Comparison, hosts_of, phase_attribution
 from isobench.analysis.stats import fmt_floor
 from isobench.store import Store
 
@@ -36,8 +36,9 @@ def floor_width(aa: Comparison) -> float:
     return max(abs(aa.ci_high - 1), abs(1 - aa.ci_low))  # type: ignore[operator]
 
 
-def noise_floor(comparisons: list[Comparison], workload: str, metric: str) -> Comparison | None:
-    return next((c for c in comparisons if c.is_aa and c.workload == workload and c.metric == metric), None)
+def noise_floor(comparisons: list[Comparison], workload: str, metric: str, host: str | None = None) -> Comparison | None:
+    return next((c for c in comparisons if c.is_aa and c.workload == workload and c.metric == metric
+                 and (host is None or c.host == host)), None)
 
 
 def common_knobs(comparisons: list[Comparison]) -> set[str]:
@@ -54,7 +55,8 @@ def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None
     shown = {k: v for k, v in c.knobs.items() if k not in (hide or set())}
     knobs = f" [{fmt_knobs(shown)}]" if shown else ""
     ci = f"95% CI {fmt_ci(c)}" if c.ci_low is not None else "no CI: fewer than 2 repetitions"
-    text = f"{c.platform}{knobs}: {c.workload} {c.metric} {c.ratio:.2f}× {c.baseline} ({ci}, n={c.n})"
+    where = f" on {c.host}" if len(hosts_of(comparisons)) > 1 else ""  # a cluster study: say which host
+    text = f"{c.platform}{knobs}{where}: {c.workload} {c.metric} {c.ratio:.2f}× {c.baseline} ({ci}, n={c.n})"
     if c.significant and c.ci_low is not None:
         text += f": {c.effect}" if c.effect else ""
         if c.metric == "e2e":
@@ -67,7 +69,7 @@ def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None
             text += f"; not significant after Holm's correction (adjusted p={c.p_holm:.2f})"
     elif c.ci_low is not None:
         text += ": no difference resolved"
-    floor = noise_floor(comparisons, c.workload, c.metric) if c.noise_floor is None else None
+    floor = noise_floor(comparisons, c.workload, c.metric, c.host) if c.noise_floor is None else None
     width = c.noise_floor if c.noise_floor is not None else (floor_width(floor) if floor and floor.ci_low is not None
                                                              else None)
     if width is not None and not c.is_aa:
@@ -79,13 +81,18 @@ def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None
 
 
 def headline(comparisons: list[Comparison]) -> list[str]:
+    from isobench.analysis.fleet import headlines as fleet_headlines
+
     hide = common_knobs(comparisons)
-    lines = [sentence(c, comparisons, hide) for c in comparisons
-             if c.metric == "e2e" and not c.is_aa and not c.emulated]
+    # Several hosts: first how each platform spreads over the fleet, then host by host.
+    lines = fleet_headlines(comparisons)
+    lines += [sentence(c, comparisons, hide) for c in comparisons
+              if c.metric == "e2e" and not c.is_aa and not c.emulated]
     for c in comparisons:
         if c.metric == "cell.startup" and c.significant and not c.is_aa and not c.emulated:
             shown = {k: v for k, v in c.knobs.items() if k not in hide}
             knobs = f" [{fmt_knobs(shown)}]" if shown else ""
+            knobs += f" on {c.host}" if len(hosts_of(comparisons)) > 1 else ""
             lines.append(f"{c.platform}{knobs} ({c.workload}): starting a cell takes {c.mean:.2f} s vs {c.baseline_mean:.2f} s on "
                          f"{c.baseline} ({c.ratio:.1f}×, 95% CI {fmt_ci(c)}); not part of e2e")
     return lines
@@ -93,38 +100,43 @@ def headline(comparisons: list[Comparison]) -> list[str]:
 
 def noise_floor_lines(comparisons: list[Comparison]) -> list[str]:
     lines = []
+    multi = len(hosts_of(comparisons)) > 1
     for c in comparisons:
         if c.is_aa and c.metric == "e2e" and c.ci_low is not None and c.ci_high is not None:
             width = floor_width(c)
-            lines.append(f"A/A noise floor for {c.workload}: {c.platform} vs {c.baseline} is {c.ratio:.3f}× "
+            lines.append(f"A/A noise floor for {c.workload}" + (f" on {c.host}" if multi else "") + f": {c.platform} vs {c.baseline} is {c.ratio:.3f}× "
                          f"(95% CI {fmt_ci(c)}): effects smaller than {fmt_floor(width)} are not resolved")
     return lines
 
 
 def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
     table = Table(title="E2E time per item vs the baseline (ratio of geometric means, Welch 95% CI on logs)")
-    for column in ("workload", "platform", "knobs", "n", "e2e/item", "× baseline", "95% CI", "",
+    baseline_rows = _baseline_rows(store)
+    # A cluster study: each row is one host's ratio to that host's own baseline.
+    multi = len(hosts_of(comparisons)) > 1 or len({row[5] for row in baseline_rows}) > 1
+    host = (lambda h: [h]) if multi else (lambda h: [])  # noqa: E731
+    for column in ("workload", *host("host"), "platform", "knobs", "n", "e2e/item", "× baseline", "95% CI", "",
                    "start-up", "biggest phase change"):
         table.add_column(column, justify="right" if column in ("n", "e2e/item", "× baseline") else "left")
-    startup = {(c.workload, c.label, str(c.knobs)): c for c in comparisons if c.metric == "cell.startup"}
-    baseline_rows = _baseline_rows(store)
-    for workload, display, knobs, n, mean in baseline_rows:
-        table.add_row(workload, f"{display} (baseline)", fmt_knobs(knobs), str(n), fmt_seconds(mean),
+    startup = {(c.workload, c.label, str(c.knobs), c.host): c for c in comparisons if c.metric == "cell.startup"}
+    for workload, display, knobs, n, mean, on in baseline_rows:
+        table.add_row(workload, *host(on), f"{display} (baseline)", fmt_knobs(knobs), str(n), fmt_seconds(mean),
                       "1.00", "", "", "", "")
     for c in comparisons:
         if c.metric != "e2e":
             continue
-        start = startup.get((c.workload, c.label, str(c.knobs)))
+        start = startup.get((c.workload, c.label, str(c.knobs), c.host))
         top = phase_attribution(comparisons, c) if c.significant else None
         marker = "[green]≈[/]" if not c.significant else ("[red]slower[/]" if c.ratio > 1 else "[cyan]faster[/]")
-        table.add_row(c.workload, c.platform + (" (A/A)" if c.is_aa else ""), fmt_knobs(c.knobs), str(c.n),
+        table.add_row(c.workload, *host(c.host), c.platform + (" (A/A)" if c.is_aa else ""), fmt_knobs(c.knobs),
+                      str(c.n),
                       fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c), marker,
                       f"{start.mean:.2f} s ({start.ratio:.1f}×)" if start else "",
                       f"{top[0]} ({top[1]:.0%})" if top else "")
     return table
 
 
-def _baseline_rows(store: Store) -> list[tuple[str, str, dict[str, Any], int, float]]:
+def _baseline_rows(store: Store) -> list[tuple[str, str, dict[str, Any], int, float, str]]:
     from isobench.analysis.compare import load_groups
     from isobench.study.loader import load_study_text
 
@@ -133,7 +145,8 @@ def _baseline_rows(store: Store) -> list[tuple[str, str, dict[str, Any], int, fl
     for group in load_groups(store):
         if group.platform_key == study.baseline and "e2e" in group.metrics:
             values = group.metrics["e2e"]
-            rows.append((group.workload, group.display, group.knobs, len(values), sum(values) / len(values)))
+            rows.append((group.workload, group.display, group.knobs, len(values), sum(values) / len(values),
+                         group.host))
     return rows
 
 
@@ -146,6 +159,7 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
     console.print(comparison_table(store, comparisons))
     for text in noise_floor_lines(comparisons) + headline(comparisons):
         console.print(text, markup=False, highlight=False)
+    print_fleet(store, comparisons, console)
     from isobench.analysis.interference import summary_lines as interference_lines
     from isobench.analysis.layers import summary_lines as layer_lines
 
@@ -164,6 +178,28 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
             console.print(f"[yellow]warning:[/] {warning.text}", highlight=False)
     for hint in analysis.hints:
         console.print(f"[cyan]why:[/] {hint.text}", highlight=False)
+
+
+def print_fleet(store: Store, comparisons: list[Comparison], console: Console) -> None:
+    """With two or more hosts: the fleet table and the host × comparison table (nothing with one host)."""
+    from isobench.analysis.fleet import fleet_views
+    from isobench.analysis.summary import load_hosts_meta
+    from isobench.analysis.views import Table as ViewTable
+
+    if len(hosts_of(comparisons)) < 2:
+        return
+    for view in fleet_views(comparisons, load_hosts_meta(store)):
+        if isinstance(view, ViewTable):
+            _print_table(view, console)
+
+
+def _print_table(table: object, console: Console) -> None:
+    rich_table = Table(title=f"{table.title} ({table.paper})" if table.paper else table.title)  # type: ignore[attr-defined]
+    for column in table.columns:  # type: ignore[attr-defined]
+        rich_table.add_column(escape(column))
+    for row in table.rows:  # type: ignore[attr-defined]
+        rich_table.add_row(*(escape(str(v)) for v in row))  # "[anon]" is a file name, not markup
+    console.print(rich_table)
 
 
 def print_cross(result: object, console: Console) -> None:

@@ -36,6 +36,8 @@ class ComparisonState:
     half_width: float | None  # relative (exp(half-width on logs) - 1)
     status: str  # "reached" | "running" | "budget"
     reached_at: int | None = None
+    #: a cluster study has one comparison per host (the plan's groups span hosts: a round runs everywhere)
+    host: str = ""
 
 
 @dataclass
@@ -70,7 +72,8 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
         width = c.half_width
         done = width is not None and width <= goal
         state = ComparisonState(c.workload, c.params, c.platform, c.label, c.knobs, c.n,
-                                None if width is None else math.expm1(width), "reached" if done else "running")
+                                None if width is None else math.expm1(width), "reached" if done else "running",
+                                host=c.host)
         state.reached_at = reached_before.get(_key(asdict(state))) or (rounds if done else None)
         states.append(state)
         if not done:
@@ -100,7 +103,8 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
 
 
 def _key(state: dict[str, Any]) -> str:
-    return json.dumps([state["workload"], state["params"], state["label"], state["knobs"]], sort_keys=True)
+    return json.dumps([state["workload"], state["params"], state["label"], state["knobs"], state.get("host", "")],
+                      sort_keys=True)
 
 
 def _baseline_knobs(store: Store, c: Any, baseline: str) -> list[dict[str, Any]]:
