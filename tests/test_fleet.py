@@ -155,6 +155,9 @@ def test_fleet_and_per_host_views_reach_every_report(cluster: Path) -> None:
     assert by_host["a"][1] == "gpu=none, zone=east"
     assert by_host["a"][docker_col].startswith("1.050 [") and by_host["b"][docker_col].startswith("1.200 [")
     assert by_host["c"][docker_col].startswith("1.100 [") and by_host["c"][docker_col].endswith("≈")
+    # every other view names the host where it shows one bar or line per host
+    assert "cpu-spin: docker/runc on c" in views["fig-ratios"].data["labels"]
+    assert any("docker/runc on host c" in w.text for w in analysis.warnings)  # ±25% on c: unstable there only
     page = render_html(analysis)
     assert 'id="tab-fleet"' in page and 'id="tab-hosts"' in page and "<th>host</th>" in page
     assert "across 3 hosts" in page

@@ -39,7 +39,7 @@ def throttling(ctx: Context) -> list[Hint]:
             continue
         threads = g.knobs.get("threads")
         hints.append(Hint("cfs-throttling",
-                          f"{g.workload} on {ev.group_label(g)}: {t / p:.0%} of CFS periods were throttled "
+                          f"{g.workload} on {ev.group_label(g)}{ctx.on_host(g)}: {t / p:.0%} of CFS periods were throttled "
                           f"({t:,.0f} of {p:,.0f} per cell): the CPU quota (cpus={g.knobs.get('cpus', '?')}) is too "
                           f"tight for {threads or 'its'} threads; raise `cpus` or lower `threads`.",
                           "tab-probe-metrics"))
@@ -67,7 +67,7 @@ def pinning(ctx: Context) -> list[Hint]:
             continue
         best = min(pinned, key=lambda p: p.ratio)
         name = PLAIN.get(c.metric.split(".")[-1], c.metric.split(".")[-1].replace("_", " ").replace("-", " "))
-        hints.append(Hint("pin", f"{c.workload} on {c.platform}: {c.ratio:.1f}× the {name} of {c.baseline} without "
+        hints.append(Hint("pin", f"{c.workload} on {c.platform}{ctx.on_host(c)}: {c.ratio:.1f}× the {name} of {c.baseline} without "
                                  f"pinning ({c.mean:,.0f} vs {c.baseline_mean:,.0f} per cell) but {best.ratio:.2f}× "
                                  f"when pinned ({_knobs(best.knobs)}): pin the cell with `cpuset`.",
                           "tab-probe-metrics"))
@@ -84,7 +84,7 @@ def optimizer(ctx: Context) -> list[Hint]:
             continue
         phase = next(p for p in ctx.comparisons if p.metric == f"phase.{top[0]}" and p.label == c.label
                      and p.workload == c.workload and p.knobs == c.knobs and p.host == c.host)
-        hints.append(Hint("optimizer", f"{c.workload} on {c.platform}: the optimizer step holds {top[1]:.0%} of the "
+        hints.append(Hint("optimizer", f"{c.workload} on {c.platform}{ctx.on_host(c)}: the optimizer step holds {top[1]:.0%} of the "
                                        f"extra time ({phase.baseline_mean * 1e3:.2f} → {phase.mean * 1e3:.2f} ms per "
                                        f"minibatch, {phase.ratio:.2f}×): the parameter update is where the platform "
                                        "bites (many small CPU-side ops); look at its threads and memory allocator.",
@@ -107,7 +107,7 @@ def fetch_stall(ctx: Context) -> list[Hint]:
         if share < 0.3:
             continue
         figure = f"fig-minibatch-{c.workload}" if stall.metric == "phase.fetch_stall" else f"fig-phases-{c.workload}"
-        hints.append(Hint("data-path", f"{c.workload} on {c.platform}: {stall.metric.removeprefix('phase.')} grows "
+        hints.append(Hint("data-path", f"{c.workload} on {c.platform}{ctx.on_host(c)}: {stall.metric.removeprefix('phase.')} grows "
                                        f"{stall.ratio:.2f}× ({stall.baseline_mean * 1e3:.2f} → {stall.mean * 1e3:.2f} ms) "
                                        f"and holds {share:.0%} of the extra time: the data path (storage, overlay or "
                                        "bind mount) is slower on this platform; try a volume or copying the data in.",
@@ -172,7 +172,7 @@ def shared_library_faults(ctx: Context) -> list[Hint]:
         seen.add(key)
         knobs = f" [{_knobs(c.knobs)}]" if _knobs(c.knobs) else ""
         hints.append(Hint("shared-library-faults",
-                          f"{c.workload} on {c.platform}{knobs}: {c.ratio:.2f}× the page faults of {c.baseline} "
+                          f"{c.workload} on {c.platform}{ctx.on_host(c)}{knobs}: {c.ratio:.2f}× the page faults of {c.baseline} "
                           f"({c.mean:,.0f} vs {c.baseline_mean:,.0f}), {share[0]:.0%} of them in shared libraries: "
                           "mapping libraries through the container's filesystem costs faults; a warm page cache or "
                           "preloading (e.g. importing once before the timed work) reduces them.", table_id))

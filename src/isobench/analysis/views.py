@@ -67,6 +67,10 @@ class Context:
     platform_order: list[str]
     cells: dict[str, ev.CellInfo] = field(default_factory=dict)
 
+    def on_host(self, g: Group | Comparison) -> str:
+        """A suffix naming the group's host where the study ran on several hosts (a bar or column each)."""
+        return f" on {g.host}" if len({o.host for o in self.groups}) > 1 else ""
+
     def group_of(self, cell_id: str) -> Group | None:
         info = self.cells.get(cell_id)
         if info is None:
@@ -90,7 +94,8 @@ def _num(value: float) -> str:
 
 def _ordered(ctx: Context, groups: list[Group]) -> list[Group]:
     order = {key: i for i, key in enumerate(ctx.platform_order)}
-    return sorted(groups, key=lambda g: (g.workload, order.get(g.platform_key, 99), json.dumps(g.knobs, sort_keys=True)))
+    return sorted(groups, key=lambda g: (g.workload, order.get(g.platform_key, 99), json.dumps(g.knobs, sort_keys=True),
+                                         g.host))
 
 
 # -- phases: Prashanthi Fig 1, 3, 7; Samani & Salehi pre/infer/post -------------------------
@@ -115,7 +120,7 @@ def phase_views(ctx: Context) -> list[View]:
         phases = sorted({m.removeprefix("phase.") for g in groups for m in g.metrics if m.startswith("phase.")})
         if not phases or KERNEL_RE.search(workload):  # a kernel workload's phases are its shapes (kernel_views)
             continue
-        labels = [ev.group_label(g) for g in groups]
+        labels = [ev.group_label(g) + ctx.on_host(g) for g in groups]
         keys = [g.platform_key for g in groups]
         if set(TRAIN_COMPUTE) <= set(phases):
             stacks = {"fetch stall": [ev.mean_of(g, "phase.fetch_stall") or 0.0 for g in groups],
@@ -239,7 +244,7 @@ def scale_up_views(ctx: Context) -> list[View]:
                                    if m.startswith("phase.")})
         labels = [ev.entry_label(g.display, g.platform, g.platform_key, {}, g.emulated) +
                   f" · {ev.core_count(g.knobs):g} core(s) {'pinned' if ev.is_pinned(g.knobs) else 'vanilla'}"
-                  for g in groups]
+                  + ctx.on_host(g) for g in groups]
         stacks = {p: [ev.mean_of(g, f"phase.{p}") or 0.0 for g in groups] for p in phases} if phases else \
             {"e2e": [ev.mean_of(g, "e2e") or 0.0 for g in groups]}
         views.append(_stacked(f"fig-scaleup-{workload}", f"{workload}: E2E time by platform and scale-up level",
@@ -251,7 +256,7 @@ def scale_up_views(ctx: Context) -> list[View]:
                 continue
             # the same platform plugin pinned to as many cores (its entry may carry its own label)
             twins = [p for p in groups if p.platform == g.platform and ev.is_pinned(p.knobs)
-                     and ev.core_count(p.knobs) == ev.core_count(g.knobs)]
+                     and ev.core_count(p.knobs) == ev.core_count(g.knobs) and p.host == g.host]
             twin = next((p for p in twins if p.display == g.display), twins[0] if twins else None)
             if twin is None:
                 continue
@@ -260,7 +265,7 @@ def scale_up_views(ctx: Context) -> list[View]:
             est = ratio_ci(twin.metrics["e2e"], g.metrics["e2e"])
             ci = f"{est.ci_low:.3f}–{est.ci_high:.3f}" if est.ci_low is not None else "n/a"
             rows.append([ev.entry_label(g.display, g.platform, g.platform_key, {}) + " vs " +
-                         ev.entry_label(twin.display, twin.platform, twin.platform_key, {}),
+                         ev.entry_label(twin.display, twin.platform, twin.platform_key, {}) + ctx.on_host(g),
                          f"{ev.core_count(g.knobs):g}", _secs(ev.mean_of(g, "e2e") or 0),
                          _secs(ev.mean_of(twin, "e2e") or 0), f"{est.ratio:.3f}", ci])
         if rows:
@@ -278,7 +283,7 @@ def gpu_speedup_views(ctx: Context) -> list[View]:
         if device != "cpu":
             continue
         twin = next((o for o in ctx.groups if o.workload == g.workload and o.platform_key == g.platform_key
-                     and o.knobs == g.knobs and str(o.params.get("device", "")).startswith("cuda")
+                     and o.knobs == g.knobs and o.host == g.host and str(o.params.get("device", "")).startswith("cuda")
                      and {k: v for k, v in o.params.items() if k != "device"} ==
                      {k: v for k, v in g.params.items() if k != "device"}), None)
         if twin is None:
@@ -286,7 +291,7 @@ def gpu_speedup_views(ctx: Context) -> list[View]:
         e2e = (ev.mean_of(g, "e2e") or 0) / (ev.mean_of(twin, "e2e") or math.inf)
         infer_cpu, infer_gpu = ev.mean_of(g, "phase.inference"), ev.mean_of(twin, "phase.inference")
         only = infer_cpu / infer_gpu if infer_cpu and infer_gpu else None
-        rows.append([g.workload, g.display, f"{only:.2f}×" if only else "n/a", f"{e2e:.2f}×"])
+        rows.append([g.workload, g.display + ctx.on_host(g), f"{only:.2f}×" if only else "n/a", f"{e2e:.2f}×"])
     if not rows:
         return [Skipped("tab-gpu-speedup", "GPU vs CPU speed-up, inference only vs E2E", f"{SS}, Fig. 5",
                         "no workload ran with both device=cpu and device=cuda (needs a GPU host)")]
@@ -313,8 +318,8 @@ def perf_table(ctx: Context) -> list[View]:
         groups = _ordered(ctx, groups)
         engine_groups = [g for g in groups if any(m.startswith("probe.perf.engine.") and (ev.mean_of(g, m) or 0) > 0
                                                   for m in g.metrics)]
-        columns = ["event"] + [f"{ev.group_label(g)}: cell" for g in groups]
-        columns += [f"{ev.group_label(g)}: engine (daemon)" for g in engine_groups]
+        columns = ["event"] + [f"{ev.group_label(g)}{ctx.on_host(g)}: cell" for g in groups]
+        columns += [f"{ev.group_label(g)}{ctx.on_host(g)}: engine (daemon)" for g in engine_groups]
         rows = []
         for event in events:
             values = [ev.mean_of(g, prefix + event) for g in groups]
@@ -565,7 +570,7 @@ def _energy_view(ctx: Context) -> View:
                   "incremental": [ev.mean_of(g, incr) or 0.0 for g in groups]}
     else:
         stacks = {"total": [ev.mean_of(g, total) or 0.0 for g in groups]}
-    labels = [ev.group_label(g, with_workload=True) for g in groups]
+    labels = [ev.group_label(g, with_workload=True) + ctx.on_host(g) for g in groups]
     rows = [[lbl, *(f"{stacks[s][i]:.1f}" for s in stacks)] for i, lbl in enumerate(labels)]
     return Figure("fig-energy", title, paper, "stacked",
                   {"labels": labels, "keys": [g.platform_key for g in groups], "stacks": stacks,
