@@ -41,6 +41,8 @@ class Interference:
     start_skews: list[float] = field(default_factory=list)
     #: probe metric -> (mean alone, mean beside)
     writeback: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: the host both sides ran on (a cluster study has one result per host)
+    host: str = ""
 
 
 def _engine(entry: PlatformEntry) -> tuple[str, str | None, str | None, str]:
@@ -81,7 +83,7 @@ def interference(store: Store) -> list[Interference]:
         result = Interference(group.workload, group.params, group.knobs, group.display, alone.display,
                               spec if isinstance(spec, int) else len(spec), ratio_ci(beside_e2e, alone_e2e),
                               statistics.fmean(alone_e2e), statistics.fmean(beside_e2e),
-                              skews.get(group.platform_key, []))
+                              skews.get(group.platform_key, []), host=group.host)
         for metric in sorted(group.metrics):
             if metric.startswith("probe.") and any(w in metric for w in WRITEBACK_WORDS) and metric in alone.metrics:
                 result.writeback[metric] = (statistics.fmean(alone.metrics[metric]),
@@ -106,4 +108,6 @@ def describe(item: Interference) -> list[str]:
 
 
 def summary_lines(store: Store) -> list[str]:
-    return [line for item in interference(store) for line in describe(item)]
+    items = interference(store)
+    multi = len({item.host for item in items}) > 1  # a cluster study: say which host each line is about
+    return [(f"host {item.host}: " if multi else "") + line for item in items for line in describe(item)]

@@ -49,6 +49,8 @@ class Waterfall:
     steps: list[Step] = field(default_factory=list)
     remainder: RatioEstimate | None = None
     remainder_share: float | None = None
+    #: the host the ladder ran on (a cluster study has one waterfall per host)
+    host: str = ""
 
 
 def _log_stats(values: list[float]) -> tuple[float, float, int]:
@@ -108,7 +110,7 @@ def waterfalls(store: Store) -> list[Waterfall]:
         base_values, full_values = base.metrics[METRIC], full.metrics[METRIC]
         full_est = ratio_ci(full_values, base_values)
         log_full = math.log(full_est.ratio)
-        waterfall = Waterfall(full.workload, full.params, full.display, base.display, full_est)
+        waterfall = Waterfall(full.workload, full.params, full.display, base.display, full_est, host=full.host)
         for layer in ladder:
             est = ratio_ci(layer.metrics[METRIC], base_values)
             share = math.log(est.ratio) / log_full if log_full else None
@@ -152,4 +154,6 @@ def describe(waterfall: Waterfall) -> list[str]:
 
 
 def summary_lines(store: Store) -> list[str]:
-    return [line for waterfall in waterfalls(store) for line in describe(waterfall)]
+    found = waterfalls(store)
+    multi = len({w.host for w in found}) > 1  # a cluster study: say which host each line is about
+    return [(f"host {w.host}: " if multi else "") + line for w in found for line in describe(w)]

@@ -606,7 +606,9 @@ def plugin_views(ctx: Context) -> list[View]:
 
 def _waterfall_views(ctx: Context, waterfalls: list[Any]) -> list[View]:
     views: list[View] = []
+    multi = len({getattr(w, "host", "") for w in waterfalls}) > 1
     for w in waterfalls:
+        on = f" on {w.host}" if multi else ""  # a cluster study: one waterfall per host
         full_key = next((g.platform_key for g in ctx.groups if w.full in (g.display, g.platform_key)), w.full)
         entries = [(f"full: {w.full}", full_key, w.full_estimate)]
         entries += [(step.layer, step.layer, step.estimate) for step in w.steps]
@@ -615,9 +617,9 @@ def _waterfall_views(ctx: Context, waterfalls: list[Any]) -> list[View]:
         entries = [e for e in entries if e[2].ci_low is not None]
         if not entries:
             continue
-        fig_id = f"fig-layers-{w.workload}-{w.full}".replace("/", "-")
+        fig_id = f"fig-layers-{w.workload}-{w.full}{on.replace(' on ', '-')}".replace("/", "-")
         rows = [[label, f"{est.ratio:.3f}", f"{est.ci_low:.3f}–{est.ci_high:.3f}"] for label, _, est in entries]
-        views.append(Figure(fig_id, f"{w.workload}: {w.full}'s overhead, layer by layer (vs {w.baseline})",
+        views.append(Figure(fig_id, f"{w.workload}: {w.full}'s overhead, layer by layer (vs {w.baseline}){on}",
                             "isolation-layer ladder (no study did this)", "forest",
                             {"labels": [e[0] for e in entries], "keys": [e[1] for e in entries],
                              "ratio": [e[2].ratio for e in entries], "low": [e[2].ci_low for e in entries],
