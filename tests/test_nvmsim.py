@@ -199,3 +199,39 @@ def test_sweep_histograms_do_not_depend_on_the_front_array_size(events: list[tup
     one = _lru_buckets(trace.page, trace.op, n_pages, caps, 1)
     other = _lru_buckets(trace.page, trace.op, n_pages, caps, front)
     assert all(np.array_equal(a, b) for a, b in zip(one, other, strict=True))
+
+
+def sweep_matches_simulation(trace: Trace, capacities: list[int]) -> None:
+    rows = sweep_lru(trace, capacities, PCM, HDD)
+    assert [row["capacity"] for row in rows] == capacities  # the order asked for, duplicates kept
+    for row in rows:
+        fast = simulate_fast(trace, SimConfig(row["capacity"], "lru"), PCM, HDD)
+        assert (row["hits"], row["sync_destages"], row["slow_reads"]) == \
+            (fast.hits, fast.sync_destages, fast.slow_reads), row["capacity"]
+
+
+def test_sweep_on_long_traces_with_deep_stacks() -> None:
+    # long enough that stamps span many bitmap words and lazy boundaries pass many set bits;
+    # capacities unsorted, duplicated, 1, around the exact-depth limit and beyond the distinct pages
+    rng = np.random.default_rng(7)
+    n, n_pages = 60_000, 3000
+    hot = rng.zipf(1.2, n) % n_pages
+    scan = np.arange(n) % n_pages  # a cyclic scan: every depth just below n_pages
+    pages = np.where(rng.random(n) < 0.7, hot, scan)
+    ops = (rng.random(n) < 0.2).astype(int)
+    trace = trace_of(pages.tolist(), ops.tolist())
+    capacities = [5000, 1, 255, 256, 257, 300, 1, 2999, 3000, 64, 1024, 2, 2048]
+    sweep_matches_simulation(trace, capacities)
+
+
+def test_sweep_with_one_page_rewritten_between_cold_pages() -> None:
+    # long runs of one page leave the bitmap sparse between the other pages' stamps
+    pages = list(range(300)) + [0] * 5000 + list(range(300)) + [7] * 3000 + list(range(299, -1, -1))
+    trace = trace_of(pages, [READ if k % 11 == 0 else WRITE for k in range(len(pages))])
+    sweep_matches_simulation(trace, [1, 2, 150, 256, 299, 300, 301, 400])
+
+
+def test_sweep_of_no_capacities_and_of_reads_only() -> None:
+    assert sweep_lru(trace_of([1, 2, 3]), [], PCM, HDD) == []
+    rows = sweep_lru(trace_of([1, 2, 1], [READ] * 3), [1, 4], PCM, HDD)
+    assert [(r["hits"], r["misses"], r["slow_reads"]) for r in rows] == [(0, 0, 3), (0, 0, 3)]

@@ -1,14 +1,16 @@
 """Compiled fast paths (numba) of :mod:`isobench.nvmsim.model`, and the one-pass LRU sweep.
 
 Each function reproduces the reference loop event for event; the tests compare them on
-random traces. The sweep computes LRU stack distances once (Mattson et al.) with a
-Fenwick tree, so every capacity's result follows from one pass over the trace.
+random traces. The sweep sorts every event into the capacities its LRU stack distance
+reaches (Mattson et al.) in one pass, so every capacity's result follows from that pass.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
 
 from isobench.nvmsim.devices import Device
 from isobench.nvmsim.model import SimConfig, SimResult, summarize_counts
@@ -289,138 +291,166 @@ def simulate_fast(trace: Trace, config: SimConfig, nvm: Device, slow: Device) ->
     return SimResult(latency, int(hits), int(misses), int(sync), int(bg), int(slow_reads))
 
 
-FRONT = 16  # pages kept in a small array at the top of the LRU list (see _lru_buckets)
+FRONT = 256  # depths below this are counted exactly in the time bitmap (see _stack_buckets)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_UNROLL = 4  # bitmap words always counted on the short path: a branch-free common case
+
+
+@intrinsic
+def _popcount(typingctx, x):  # type: ignore[no-untyped-def]
+    """Set bits of an integer: one instruction (LLVM ctpop); numba has no builtin."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        return builder.ctpop(args[0])
+
+    return x(x), codegen
+
+
+@njit(cache=True, inline="always")
+def _select(words, start, skip):
+    """Position of the set bit reached by passing over ``skip`` set bits at positions >= start
+    (one must exist). Whole words are passed by their popcount."""
+    wi = start >> 6
+    x = words[wi] & (_ALL << np.uint64(start & 63))
+    c = np.int64(_popcount(x))
+    while c <= skip:
+        skip -= c
+        wi += 1
+        x = words[wi]
+        c = np.int64(_popcount(x))
+    for _ in range(skip):
+        x &= x - np.uint64(1)
+    return (wi << 6) + np.int64(trailing_zeros(x))
 
 
 @njit(cache=True)
-def _lru_buckets(pages, ops, n_pages, caps, front_size):
+def _stack_buckets(pages, ops, last, caps, front_size):
     """Histograms, over b = how many of the sorted capacities ``caps`` an event's LRU stack depth
     reaches (len(caps): never written, or deeper than the largest capacity), of writes, of
     min(b, capacities already full) for writes (a miss in a full cache destages), and of reads.
 
-    One LRU list holds the pages up to the largest capacity, with a marker at the last page
-    inside each capacity: an access moves only the markers above the page's old depth, so
-    a hit near the top costs a few steps and only deep misses cost len(caps).
-    The ``front_size`` most recent pages are also kept in order in a small array: the depth of
-    a page there is found by a short scan, and the small capacities (<= front_size) need no
-    markers at all; those were half of the marker steps (a page leaving the array lies
-    outside every small capacity). Reads look up their page's depth and change nothing.
+    Pages are not kept in a list. Each write gets a time stamp (0, 1, ...); a bitmap over time
+    holds the *live* stamps, each page's latest, so a page's stack depth is the number of live
+    stamps after its own, and it lies inside capacity c iff its stamp is not older than the
+    c-th newest live stamp, the boundary of c. All steps touch a few words of the bitmap near
+    a boundary or near the present instead of a random page's list node.
+    - Depths below F = min(front_size, largest capacity) are counted exactly with popcounts
+      (a page inside F has fewer than F live stamps after it) and mapped to b by a table,
+      so the small capacities need no boundary at all; F's boundary moves eagerly, one set
+      bit at a time (the bitmap is dense near the present).
+    - Each larger capacity's boundary moves lazily: a write from outside it (which pushes its
+      last page out) only counts a pending step; the boundary is computed (passing that many
+      set bits) when a page's stamp is not older than the stale position, the only case
+      where the stale one cannot decide. A stamp cleared behind a stale boundary (a page
+      rewritten) is either older than the stale position or the boundary itself, which then
+      correctly becomes the next live stamp.
+    ``last``: the page's latest stamp, all -1 on entry (int32 where stamps fit: less cache).
     """
     n = pages.shape[0]
     n_caps = caps.shape[0]
-    largest = caps[n_caps - 1]
-    front_n = min(front_size, largest)
-    n_small = 0  # capacities that fit in the front array
-    while n_small < n_caps and caps[n_small] <= front_n:
+    front = min(front_size, caps[n_caps - 1])
+    n_small = 0  # capacities <= front: found from an exact depth
+    while n_small < n_caps and caps[n_small] <= front:
         n_small += 1
-    small_b = np.zeros(front_n, np.int64)  # b of a page at depth d < front_n
-    for d in range(front_n):
+    small_b = np.zeros(front, np.int64)  # b of a page at depth d < front
+    for d in range(front):
         c = 0
         while c < n_caps and caps[c] <= d:
             c += 1
         small_b[d] = c
-    front = np.full(front_n, -1, np.int32)  # the most recent pages, most recent first
-    in_front = np.zeros(n_pages, np.bool_)
-    n_front = 0
-    # int32 halves the memory the pointer chasing walks through (pages < 2**31)
-    # node[p, 0]: the page above p (towards the most recent); node[p, 1]: how many capacities
-    # p's depth reaches (n_caps: not in the list; stale while p is in the front array).
-    node = np.empty((n_pages, 2), np.int32)
-    node[:, 0] = -1
-    node[:, 1] = n_caps
-    nxt = np.full(n_pages, -1, np.int32)
-    marker = np.full(n_caps, -1, np.int32)  # last page inside capacity k (k >= n_small)
-    top = -1
-    bottom = -1
-    size = 0
-    # histograms over buckets 0..n_caps: writes, writes that find cache k full, reads
+    big = caps[n_small:]
+    n_big = big.shape[0]
+    pos = np.zeros(n_big, np.int64)  # at or behind big capacity k's boundary (0 while not full)
+    pending = np.zeros(n_big, np.int64)  # set bits from pos to the boundary
+    words = np.zeros((n >> 6) + _UNROLL + 1, np.uint64)  # bit s: stamp s is a page's latest
+    front_bound = 0  # stamp of the page at depth front-1 (0 while fewer pages)
+    oldest = 0  # no live stamp before it
     write_hist = np.zeros(n_caps + 1, np.int64)
-    sync_hist = np.zeros(n_caps + 1, np.int64)
+    sync_shift = np.zeros(n_caps + 1, np.int64)  # sync histogram minus write_hist
     read_hist = np.zeros(n_caps + 1, np.int64)
-    distinct = 0
     full = 0  # capacities already full: caps[k] <= distinct pages written so far
-    seen = np.zeros(n_pages, np.bool_)
+    full_big = 0
+    distinct = 0
+    now = 0  # the next stamp
+    one = np.uint64(1)
     for i in range(n):
         page = pages[i]
-        d = -1  # depth in the front array, -1: deeper or absent
-        if in_front[page]:
-            d = 0
-            while front[d] != page:
-                d += 1
+        t = np.int64(last[page])
+        j = 0  # big capacities the page lies outside of
+        if t >= front_bound:  # depth < front: count the live stamps after t
+            wi = t >> 6
+            d = np.int64(_popcount(words[wi] & ~((np.uint64(2) << np.uint64(t & 63)) - one)))
+            for q in range(1, _UNROLL):  # words past the present are still 0
+                d += np.int64(_popcount(words[wi + q]))
+            wi += _UNROLL - 1
+            top = (now - 1) >> 6
+            while wi < top:
+                wi += 1
+                d += np.int64(_popcount(words[wi]))
             b = small_b[d]
         else:
-            b = node[page, 1]
+            step = 1 if ops[i] != READ else 0  # a write pushes one page out of each
+            while j < n_big:
+                if t < pos[j]:
+                    pending[j] += step  # (pending of a capacity not yet full is reset when it fills)
+                    j += 1
+                    continue
+                if j >= full_big:
+                    break
+                if pending[j] != 0:
+                    pos[j] = _select(words, pos[j], pending[j])
+                    pending[j] = 0
+                    if t < pos[j]:
+                        pending[j] += step
+                        j += 1
+                        continue
+                break
+            b = n_small + j
         if ops[i] == READ:
             read_hist[b] += 1
             continue
         write_hist[b] += 1
-        sync_hist[min(b, full)] += 1
-        if not seen[page]:
-            seen[page] = True
+        if b > full:  # only full caches destage: a rare case (new pages while filling)
+            sync_shift[b] -= 1
+            sync_shift[full] += 1
+        if t >= 0:
+            words[t >> 6] &= ~(one << np.uint64(t & 63))
+        words[now >> 6] |= one << np.uint64(now & 63)
+        last[page] = now
+        if distinct >= front:
+            if t < front_bound:  # from outside: the boundary page is pushed out
+                front_bound = _select(words, front_bound + 1, 0)
+            elif t == front_bound:  # the boundary page itself moved to the top
+                front_bound = _select(words, t + 1, 0)
+        if t < 0:
             distinct += 1
             while full < n_caps and caps[full] <= distinct:
                 full += 1
-        if d == 0:
-            continue
-        if d > 0:  # within the front: the pages above move down one
-            for j in range(d, 0, -1):
-                front[j] = front[j - 1]
-        else:
-            if n_front == front_n:  # the front's last page is pushed out of every small capacity
-                pushed = front[front_n - 1]
-                in_front[pushed] = False
-                node[pushed, 1] = n_small
-            else:
-                n_front += 1
-            for j in range(n_front - 1, 0, -1):
-                front[j] = front[j - 1]
-            in_front[page] = True
-            # every larger capacity the page lies outside of (or all, if absent) loses its last page
-            for k in range(n_small, b):
-                last = marker[k]
-                if last == -1:
-                    continue
-                node[last, 1] += 1
-                up = node[last, 0]
-                marker[k] = up if up != -1 else page
-        front[0] = page
-        if b < n_caps:  # unlink from its old place
-            if b >= n_small and marker[b] == page:  # it was the last page inside capacity b
-                marker[b] = node[page, 0]
-            p, q = node[page, 0], nxt[page]
-            if p != -1:
-                nxt[p] = q
-            if q != -1:
-                node[q, 0] = p
-            else:
-                bottom = p
-        else:
-            size += 1
-        # link at the top
-        node[page, 0] = -1
-        nxt[page] = top
-        if top != -1:
-            node[top, 0] = page
-        top = page
-        if bottom == -1:
-            bottom = page
-        node[page, 1] = 0
-        if b == n_caps:
-            for k in range(n_small, n_caps):
-                if caps[k] == size:  # the list has just grown to fill capacity k
-                    marker[k] = bottom
-            if size > largest:  # beyond the largest capacity: drop the deepest page
-                gone = bottom
-                bottom = node[gone, 0]
-                nxt[bottom] = -1
-                node[gone, 0] = -1
-                node[gone, 1] = n_caps
-                size -= 1
-    return write_hist, sync_hist, read_hist
+            if distinct == front:
+                oldest = _select(words, oldest, 0)
+                front_bound = oldest
+            while full_big < n_big and big[full_big] <= distinct:
+                oldest = _select(words, oldest, 0)
+                pos[full_big] = oldest
+                pending[full_big] = 0
+                full_big += 1
+        now += 1
+    return write_hist, write_hist + sync_shift, read_hist
+
+
+def _lru_buckets(pages: np.ndarray, ops: np.ndarray, n_pages: int, caps: np.ndarray,
+                 front_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """See _stack_buckets; ``caps``: sorted, at least one."""
+    last = np.full(n_pages, -1, np.int32 if len(pages) < 2**31 else np.int64)
+    return _stack_buckets(pages, ops, last, caps, front_size)
 
 
 def sweep_lru(trace: Trace, capacities: list[int], nvm: Device, slow: Device) -> list[dict[str, float]]:
     """The LRU system without background destage, for every capacity, from one pass."""
+    if not capacities:
+        return []
     caps = np.array(sorted(set(capacities)), dtype=np.int64)
     write_b, sync_b, read_b = _lru_buckets(trace.page, trace.op, max(trace.n_pages, 1), caps, FRONT)
     # an event with bucket b misses in caches 0..b-1 and hits in caches b..
