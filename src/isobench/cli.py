@@ -42,6 +42,9 @@ def run(ctx: typer.Context, study: StudyArg = None,
         platforms: Annotated[str, typer.Option(help="with --script: the platforms, comma-separated")] =
         "baremetal,docker",
         repetitions: Annotated[int, typer.Option(help="with --script: measured runs per platform")] = 3,
+        ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
+            "--ray", metavar="ADDRESS", help="run the cells on the nodes of the Ray cluster at ADDRESS "
+                                             "(HOST:PORT, or auto), one cell per node at a time")] = None,
         ) -> None:
     """Run a study (or, with --script, your own script on bare metal and Docker) and print its result table."""
     from isobench.analysis.compare import compare
@@ -61,7 +64,12 @@ def run(ctx: typer.Context, study: StudyArg = None,
     else:
         text, name = (None, None) if (resume and study is None) else _read_study(study)
     try:
-        directory = run_study(text, name, out, resume, console)
+        if ray is not None:
+            from isobench.runner.cluster import run_study_on_ray
+
+            directory = run_study_on_ray(text, name, out, resume, console, ray)
+        else:
+            directory = run_study(text, name, out, resume, console)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     store = Store.open(directory)
@@ -115,7 +123,7 @@ def summary(directory: Path,
     if as_json:
         fields = ("workload", "platform", "label", "knobs", "metric", "baseline", "ratio", "ci_low",
                   "ci_high", "n", "significant", "n_baseline", "p_value", "mean", "baseline_mean", "unit",
-                  "method", "is_aa")
+                  "method", "is_aa", "host")
         sys.stdout.write(json.dumps([{k: c.as_dict()[k] for k in fields} for c in comparisons], indent=1) + "\n")
         return
     print_summary(store, comparisons, console)
@@ -199,12 +207,18 @@ def compare_cmd(directory_a: Path, directory_b: Path,
 
 
 @app.command()
-def doctor() -> None:
-    """Which platforms and knobs work on this host, and why not where not."""
+def doctor(ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
+        "--ray", metavar="ADDRESS", help="check every node of the Ray cluster at ADDRESS instead of this host")]
+        = None) -> None:
+    """Which platforms and knobs work on this host (or on each node of a Ray cluster), and why not where not."""
     from rich.markup import escape
 
+    if ray is not None:
+        _doctor_cluster(ray)
+        return
+
     from isobench.fingerprint import host_fingerprint
-    from isobench.platforms import PLATFORMS
+    from isobench.platforms import PLATFORMS, platform_variants
     from isobench.platforms.base import ALL_KNOBS
     from isobench.study.model import PlatformEntry
 
@@ -214,10 +228,7 @@ def doctor() -> None:
     table = Table(title="platforms")
     for column in ("platform", "works", "why not / notes", *sorted(ALL_KNOBS)):
         table.add_column(column)
-    variants = [("docker", None), ("gvisor", None), ("oci", "runc"), ("oci", "crun"), ("oci", "runsc"),
-                ("baremetal", None), ("podman", None), ("vm", None), ("microvm", None), ("vm-container", None),
-                *((name, None) for name, _ in PLATFORMS if name.startswith("layer-"))]
-    for name, runtime in sorted(variants):
+    for name, runtime in platform_variants():
         platform = PLATFORMS.get(name)(PlatformEntry(name=name, runtime=runtime))
         avail = platform.availability()
         knob_cells = []
@@ -243,6 +254,44 @@ def doctor() -> None:
         state = f"[red]unavailable[/]: {problems[knob]}" if knob in problems else "[green]available[/]"
         console.print(f"host knob {knob}: {state}")
     _probe_summary()
+
+
+def _doctor_cluster(address: str) -> None:
+    from rich.markup import escape
+
+    from isobench.runner.cluster import class_labels, connect, describe_nodes
+
+    ray = connect(address)
+    try:
+        nodes = describe_nodes(ray, full=True)
+    finally:
+        ray.shutdown()
+    table = Table(title=f"Ray cluster at {address}: {len(nodes)} live node(s)")
+    for column in ("node", "host", "address", "cores", "memory", "GPUs", "labels", "platforms that work",
+                   "platforms that do not"):
+        table.add_column(column)
+    nodes = sorted(nodes, key=lambda n: n["host_key"])
+    for node in nodes:
+        fp = node["fingerprint"]
+        works = [p for p, why in node["platforms"].items() if not why]
+        broken = [p for p, why in node["platforms"].items() if why]
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(class_labels(node["labels"]).items()))
+        table.add_row(node["node_id"][:8], escape(node["host_key"]), node["address"], str(fp["cores"]),
+                      f"{fp['memory_bytes'] / 2**30:.0f} GiB", str(node["gpus"]), escape(labels),
+                      escape(", ".join(works)), escape(", ".join(broken)))
+    console.print(table)
+    for node in nodes:  # why not, once per reason (VM variants share theirs)
+        reasons: dict[str, list[str]] = {}
+        for platform, why in node["platforms"].items():
+            if why:
+                reasons.setdefault(why, []).append(platform)
+        for why, platforms in reasons.items():
+            short = why if len(why) <= 160 else why[:157] + "..."
+            console.print(f"{escape(node['host_key'])}: {escape(', '.join(platforms))}: {escape(short)}")
+    hosts = [n["host_key"] for n in nodes]
+    if len(set(hosts)) < len(hosts):
+        console.print("[yellow]several nodes share a host[/]: a study uses one node per host, so cells do not "
+                      "measure each other; label separate hosts with `ray start --labels '{\"isobench-host\": NAME}'`")
 
 
 def _probe_summary() -> None:

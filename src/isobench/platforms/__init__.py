@@ -15,4 +15,14 @@ PLATFORMS: Registry[Platform] = Registry(
     ],
 )
 
-__all__ = ["PLATFORMS", "Availability", "Launched", "Platform"]
+
+
+def platform_variants() -> list[tuple[str, str | None]]:
+    """(platform name, runtime) of every variant `isobench doctor` checks, sorted."""
+    variants = [("docker", None), ("gvisor", None), ("oci", "runc"), ("oci", "crun"), ("oci", "runsc"),
+                ("baremetal", None), ("podman", None), ("vm", None), ("microvm", None), ("vm-container", None),
+                *((name, None) for name, _ in PLATFORMS if name.startswith("layer-"))]
+    return sorted(variants, key=lambda v: (v[0], v[1] or ""))
+
+
+__all__ = ["PLATFORMS", "Availability", "Launched", "Platform", "platform_variants"]

@@ -23,6 +23,7 @@ from isobench.platforms.cgroups import prune_empty
 from isobench.platforms.hostmirror import data_root
 from isobench.runner.adaptive import cells_to_run
 from isobench.runner.artifacts import artifacts_dir_for
+from isobench.runner.cluster import safe_host_key
 from isobench.runner.hostknobs import applied_host_knobs
 from isobench.runner.tenancy import run_group, tenant_batches
 from isobench.store import Store
@@ -158,7 +159,8 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
                     outcomes = run_group(batch, platform)  # a tenant group starts together
                 for outcome in outcomes:
                     # A resumed study may finish on another boot or host: say where each cell ran.
-                    outcome.platform_info.update(host=socket.gethostname(), runner=runner_tag())
+                    outcome.platform_info.update(host=socket.gethostname(), runner=runner_tag(),
+                                                 host_key=safe_host_key(socket.gethostname()))
                 store.record_all(outcomes, platform.display())  # a tenant group: whole or not at all
                 for outcome in outcomes:
                     cell = outcome.cell

@@ -165,7 +165,9 @@ class Store:
 
     # -- cells --------------------------------------------------------------------------
     def finished_ids(self) -> set[str]:
-        return {row[0] for row in self.conn.execute("SELECT cell_id FROM cells")}
+        """Cells that need no more running: all but those lost with their node (a cluster run),
+        which a resumed run tries again."""
+        return {row[0] for row in self.conn.execute("SELECT cell_id FROM cells WHERE status != 'lost'")}
 
     def record(self, outcome: Any, display: str) -> bool:
         """Write a finished cell atomically. Returns False if it was already recorded."""
@@ -179,8 +181,13 @@ class Store:
             self.conn.execute("BEGIN IMMEDIATE")
             written = 0
             for outcome in outcomes:
-                if self.conn.execute("SELECT 1 FROM cells WHERE cell_id = ?",
-                                     (outcome.cell.cell_id,)).fetchone() is None:
+                row = self.conn.execute("SELECT status FROM cells WHERE cell_id = ?",
+                                        (outcome.cell.cell_id,)).fetchone()
+                if row is not None and row[0] == "lost" and outcome.status != "lost":
+                    # a cell lost with its node, now run: the run replaces the record of the loss
+                    self.conn.execute("DELETE FROM cells WHERE cell_id = ?", (outcome.cell.cell_id,))
+                    row = None
+                if row is None:
                     self._insert(outcome, display)
                     written += 1
             self.conn.execute("COMMIT")

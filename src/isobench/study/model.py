@@ -148,6 +148,21 @@ class Adaptive(BaseModel):
         return self
 
 
+class Hosts(BaseModel):
+    """Which nodes of a Ray cluster run the study (`isobench run --ray`), and how cells spread over them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: node label -> wanted value (or any of a list): Ray labels from `ray start --labels`, and the
+    #: labels isobench detects on every node (gpu, arch, cpu_model, docker, kvm; see `doctor --ray`)
+    labels: dict[str, str | list[str]] = Field(default_factory=dict)
+    #: spread: each measured round runs whole on one host (same-host baselines), rounds spread over
+    #: the hosts; each: every host runs the whole study (a fleet characterisation)
+    mode: Literal["spread", "each"] = "spread"
+    #: cells a node runs at once; above 1 they measure each other: only for co-location experiments
+    cells_per_node: int = Field(1, ge=1, le=64)
+
+
 class Study(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -167,6 +182,8 @@ class Study(BaseModel):
     allow_emulation: bool = False
     #: probe name -> settings; absent: the default probe set; {} : no probes
     probes: dict[str, dict[str, Any] | None] | None = None
+    #: cluster runs only (`--ray`): node selection and how cells spread; ignored by a local run
+    hosts: Hosts | None = None
 
     @field_validator("probes")
     @classmethod

@@ -1,0 +1,572 @@
+"""Run a study on the nodes of a Ray cluster (`isobench run STUDY --ray ADDRESS`).
+
+One long-lived actor per node (a :class:`NodeAgent`) runs that node's cells with exactly the
+code of a local run (platforms, probes, tenancy), one unit of work at a time, and returns
+the outcomes; the head (this process) owns the study store and writes each unit as it
+comes back, so a head crash loses no finished cell and ``--resume`` works as locally.
+
+Scheduling is the head's, not Ray's: the head hands a node its next unit only when the
+last one is back, so a node never runs two cells at once (``hosts.cells_per_node`` asks
+for co-location explicitly; a tenant group is co-located by definition). In ``spread``
+mode a node claims a whole measured round (every group once, in the plan's shuffled order),
+so interleaving holds per host and every round has its baseline on the same host; each
+host first runs its own copy of the warm-up rounds. In ``each`` mode every host runs the
+whole plan (a fleet), its cell ids suffixed ``@host``. A node that is lost mid-cell has its
+unit, and the rest of its queue, re-run on a live node with the same labels, or recorded
+as ``lost`` when none is left (a resumed run tries lost cells again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from isobench.errors import UserError
+from isobench.plan.cells import Cell, expand
+from isobench.runner.execute import CellOutcome
+
+#: the Ray node label that names the host a node stands for (default: its hostname)
+HOST_LABEL = "isobench-host"
+#: labels that identify one node rather than describe a class of nodes
+IDENTITY_LABEL_PREFIXES = ("ray.io/", HOST_LABEL)
+#: how often a unit is tried again after its node was lost, before it is recorded lost
+MAX_RERUNS = 2
+NAMESPACE = "isobench"
+
+
+# -- what a node is and can do -----------------------------------------------------------------
+
+def _cached_kvm() -> str:
+    """KVM's verdict from the cache `isobench doctor` fills (booting a guest here is too slow)."""
+    from isobench.platforms.vm import VERDICT_FILE
+
+    try:
+        cached = json.loads(VERDICT_FILE.read_text())
+    except (OSError, ValueError):
+        return "untested" if os.path.exists("/dev/kvm") else "no"
+    return "yes" if cached.get("works") else "no"
+
+
+def local_capabilities(full: bool = False) -> dict[str, Any]:
+    """This host's platforms (usable or why not) and the labels isobench detects on it.
+
+    ``full`` also boots a KVM guest to test KVM (what `isobench doctor` does); otherwise the VM
+    platforms are judged from the cached verdict only."""
+    from isobench.fingerprint import host_fingerprint
+    from isobench.platforms import PLATFORMS, platform_variants
+    from isobench.platforms.vm import kvm_verdict
+    from isobench.probes.gpu import nvml
+    from isobench.study.model import PlatformEntry
+
+    kvm = ("yes" if kvm_verdict().works else "no") if full else _cached_kvm()
+    platforms: dict[str, str] = {}
+    for name, runtime in platform_variants():
+        platform = PLATFORMS.get(name)(PlatformEntry(name=name, runtime=runtime))
+        if name in ("vm", "microvm", "vm-container") and not full:
+            platforms[platform.display()] = "" if kvm == "yes" else f"KVM {kvm} (run `isobench doctor` on the node)"
+            continue
+        try:
+            avail = platform.availability()
+        except Exception as exc:  # one broken check must not hide the others
+            platforms[platform.display()] = f"check failed: {exc}"
+            continue
+        platforms[platform.display()] = "" if avail.ok else (avail.reason or "unavailable")
+    lib, _ = nvml()
+    gpus = lib.nvmlDeviceGetCount() if lib is not None else 0
+    fingerprint = host_fingerprint()
+    docker_ok = platforms.get("docker/runc", "no") == ""
+    labels = {"gpu": "true" if gpus else "false", "arch": fingerprint["machine"],
+              "cpu_model": fingerprint["cpu_model"] or "unknown", "docker": "true" if docker_ok else "false",
+              "kvm": kvm}
+    return {"platforms": platforms, "gpus": gpus, "labels": labels, "fingerprint": fingerprint}
+
+
+def class_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The labels that describe what kind of node this is (a lost node's cells go to a node alike)."""
+    return {k: v for k, v in labels.items() if not k.startswith(IDENTITY_LABEL_PREFIXES)}
+
+
+def safe_host_key(name: str) -> str:
+    """A host name fit for a cell id suffix."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64] or "host"
+
+
+def matches(labels: dict[str, str], wanted: dict[str, str | list[str]]) -> bool:
+    for key, value in wanted.items():
+        allowed = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        if labels.get(key) not in allowed:
+            return False
+    return True
+
+
+# -- the node side --------------------------------------------------------------------------------
+
+class NodeAgent:
+    """Runs on one node (as a Ray actor): describes the node, runs units of work, cleans up."""
+
+    def __init__(self, node_id: str, ray_labels: dict[str, str]) -> None:
+        self.node_id = node_id
+        self.ray_labels = dict(ray_labels)
+        self.platforms: dict[str, Any] = {}
+        self.data_paths: dict[str, str] = {}
+        self.hostname = socket.gethostname()
+        self.host_key = safe_host_key(self.ray_labels.get(HOST_LABEL) or self.hostname)
+
+    def describe(self, full: bool = False) -> dict[str, Any]:
+        caps = local_capabilities(full)
+        labels = {**self.ray_labels, **caps.pop("labels"), "host": self.host_key}
+        return {"node_id": self.node_id, "host_key": self.host_key, "hostname": self.hostname,
+                "labels": labels, "pid": os.getpid(), **caps}
+
+    def prepare(self, study_text: str, file: str) -> dict[str, str]:
+        """Set up the study's platforms here; platform key -> "" (usable) or why not."""
+        from isobench.platforms import PLATFORMS
+        from isobench.platforms.base import runner_tag
+        from isobench.probes import PROBES
+        from isobench.study.loader import load_study_text
+        from isobench.study.model import Knobs
+
+        runner_tag()  # this actor is a runner: its lock protects what it starts
+        study = load_study_text(study_text, file, check_host=False)
+        usable: dict[str, str] = {}
+        for entry in study.platforms:
+            platform = PLATFORMS.get(entry.name)(entry)
+            avail = platform.availability()
+            reason = "" if avail.ok else (avail.reason or "unavailable")
+            if not reason:
+                knobs = {**study.knobs, **entry.knobs}
+                wanted = set(Knobs(**{k: v for k, v in knobs.items() if not isinstance(v, list)}).as_dict())
+                wanted |= {k for k, v in knobs.items() if isinstance(v, list)}
+                missing = sorted(wanted & set(avail.knobs_unavailable))
+                reason = "; ".join(f"knob {k}: {avail.knobs_unavailable[k]}" for k in missing)
+            usable[entry.key] = reason
+            if not reason:
+                self.platforms[entry.key] = platform
+        for platform_cls in {type(p) for p in self.platforms.values()}:
+            platform_cls.sweep_stale()  # leftovers of a runner that died on this host
+        for _, probe_cls in PROBES:
+            probe_cls.sweep_stale()
+        for key, platform in list(self.platforms.items()):
+            try:
+                platform.prepare()
+            except Exception as exc:
+                usable[key] = f"prepare failed: {type(exc).__name__}: {exc}"
+                del self.platforms[key]
+        return usable
+
+    def run(self, batch: list[Cell], artifacts_root: str) -> dict[str, Any]:
+        """Run one unit (a cell, or a tenant group at once) as a local run would."""
+        from isobench.platforms.base import runner_tag
+        from isobench.runner.artifacts import artifacts_dir_for
+        from isobench.runner.hostknobs import applied_host_knobs
+        from isobench.runner.study import prepare_data
+        from isobench.runner.tenancy import run_group
+
+        began, began_wall = time.monotonic(), time.time()
+        self.data_paths.update(prepare_data([c for c in batch if c.data_key not in self.data_paths]))
+        batch = [dataclasses.replace(c, data_dir=self.data_paths.get(c.data_key or ""),
+                                     artifacts_dir=artifacts_dir_for(c, Path(artifacts_root))) for c in batch]
+        platform = self.platforms[batch[0].platform_key]
+        with applied_host_knobs(batch[0].knobs):
+            outcomes = run_group(batch, platform)
+        ended_wall = time.time()
+        for outcome in outcomes:
+            outcome.platform_info.update(host=self.hostname, host_key=self.host_key, runner=runner_tag())
+            outcome.platform_info["ray"] = {"node_id": self.node_id, "unit_start": began_wall,
+                                            "unit_end": ended_wall}
+        return {"outcomes": outcomes, "display": platform.display(), "agent_s": time.monotonic() - began}
+
+    def finish(self) -> list[str]:
+        """Clean up this node: the platforms' shared state, empty cgroups, dead runners' leftovers."""
+        from isobench.platforms.base import prune_stale_runner_locks, runner_tag
+        from isobench.platforms.cgroups import prune_empty
+
+        removed: list[str] = []
+        for platform in self.platforms.values():
+            try:
+                platform.cleanup()
+            except Exception as exc:
+                removed.append(f"cleanup of {platform.display()} failed: {exc}")
+            removed.extend(type(platform).sweep_stale())
+        prune_empty(runner_tag())
+        prune_stale_runner_locks()
+        return removed
+
+
+# -- the head side --------------------------------------------------------------------------------
+
+def ray_module() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UserError("Ray is not installed in this environment", field="--ray",
+                        fix="./isobench.sh setup installs it (or pip install ray)") from None
+    return ray
+
+
+def connect(address: str) -> Any:
+    """Join the cluster at ``address`` ("auto": the one this machine belongs to) as a driver."""
+    ray = ray_module()
+    fix = "start one (`ray start --head`, README: \"Studies on a Ray cluster\") or pass its address as HOST:PORT"
+    if address != "auto":
+        # ray.init retries an address nobody answers at for minutes: ask once, briefly
+        host, _, port = address.removeprefix("ray://").rpartition(":")
+        if not host or not port.isdigit():
+            raise UserError(f"{address!r} is not a cluster address", field="--ray", fix="write HOST:PORT or auto")
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as exc:
+            raise UserError(f"no Ray cluster answers at {address!r}: {exc}", field="--ray", fix=fix) from None
+    try:
+        ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False,
+                 configure_logging=True)
+    except Exception as exc:  # ConnectionError, ValueError (bad address), RuntimeError (none running)
+        raise UserError(f"no Ray cluster answers at {address!r}: {type(exc).__name__}: {str(exc)[:200]}",
+                        field="--ray", fix=fix) from None
+    return ray
+
+
+def start_agents(ray: Any) -> list[tuple[dict[str, Any], Any]]:
+    """One agent actor per live node, pinned there: [(node record, actor)]."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    agent_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(NodeAgent)
+    agents = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        labels = {k: str(v) for k, v in (node.get("Labels") or {}).items()}
+        actor = agent_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+                                  ).remote(node["NodeID"], labels)
+        agents.append((node, actor))
+    return agents
+
+
+def describe_nodes(ray: Any, full: bool = False) -> list[dict[str, Any]]:
+    """Every live node's description (host, labels, platforms), for `isobench doctor --ray`."""
+    agents = start_agents(ray)
+    try:
+        described = ray.get([actor.describe.remote(full) for _, actor in agents], timeout=600)
+    finally:
+        for _, actor in agents:
+            ray.kill(actor)
+    for (node, _), info in zip(agents, described, strict=True):
+        info["address"] = node.get("NodeManagerAddress", "")
+        info["resources"] = node.get("Resources", {})
+    return described
+
+
+@dataclass
+class Node:
+    info: dict[str, Any]
+    actor: Any
+    usable: dict[str, str] = field(default_factory=dict)
+    queue: deque[list[Cell]] = field(default_factory=deque)
+    running: dict[Any, tuple[list[Cell], float]] = field(default_factory=dict)  # ref -> (unit, sent at)
+    alive: bool = True
+    warmed: bool = False
+
+    @property
+    def host(self) -> str:
+        return str(self.info["host_key"])
+
+    @property
+    def kind(self) -> dict[str, str]:
+        return class_labels(self.info["labels"]) | {"host": ""}
+
+    def can_run(self, unit: list[Cell]) -> bool:
+        cell = unit[0]
+        if self.usable.get(cell.platform_key, "unknown") != "":
+            return False
+        device = str(cell.params.get("device", "cpu"))
+        return not (device.startswith("cuda") and not self.info.get("gpus"))
+
+
+def _suffixed(unit: list[Cell], host: str) -> list[Cell]:
+    return [dataclasses.replace(c, cell_id=f"{c.cell_id}@{host}") for c in unit]
+
+
+def _lost_outcome(cell: Cell, why: str) -> CellOutcome:
+    return CellOutcome(cell=cell, status="lost", exit_code=None, error=why, stderr_tail="",
+                       started_at=time.time(), wall_s=0.0, startup_s=None)
+
+
+class Scheduler:
+    """Which unit each node runs next (see the module's docstring for the policy)."""
+
+    def __init__(self, nodes: list[Node], plan: list[Cell], done: set[str], mode: str) -> None:
+        from isobench.runner.tenancy import tenant_batches
+
+        self.nodes, self.mode, self.done = nodes, mode, done
+        units = list(tenant_batches(plan))
+        self.warmup = [u for u in units if u[0].warmup]
+        self.rounds: deque[list[list[Cell]]] = deque()
+        by_round: dict[int, list[list[Cell]]] = {}
+        for unit in units:
+            if not unit[0].warmup:
+                by_round.setdefault(unit[0].rep, []).append(unit)
+        if mode == "each":
+            for node in nodes:
+                node.queue.extend(_suffixed(u, node.host) for u in units)
+        else:
+            self.rounds.extend(by_round[r] for r in sorted(by_round))
+        self.unrunnable: list[tuple[list[Cell], str]] = []
+
+    def _pending(self, unit: list[Cell]) -> bool:
+        return any(c.cell_id not in self.done for c in unit)
+
+    def next_unit(self, node: Node) -> list[Cell] | None:
+        if self.mode == "spread" and not node.warmed:
+            node.warmed = True  # each host warms up itself before its first measured round
+            node.queue.extendleft(reversed([_suffixed(u, node.host) for u in self.warmup if node.can_run(u)]))
+        while True:
+            while node.queue:
+                unit = node.queue.popleft()
+                if self._pending(unit):
+                    return unit
+            if not self.rounds:
+                return None
+            self._claim_round(node)
+            if not node.queue and not self._someone_can_take_rounds():
+                return None
+
+    def _claim_round(self, node: Node) -> None:
+        """Take the next round this node can run (the part it can run; the rest goes back)."""
+        for index, round_units in enumerate(self.rounds):
+            mine = [u for u in round_units if node.can_run(u) and self._pending(u)]
+            rest = [u for u in round_units if not node.can_run(u) and self._pending(u)]
+            if not mine and rest:
+                continue
+            del self.rounds[index]
+            if rest:
+                self.rounds.insert(index, rest)
+            node.queue.extend(mine)
+            return
+        # nothing this node can run: leave the rounds to others
+
+    def _someone_can_take_rounds(self) -> bool:
+        return any(n.alive and any(n.can_run(u) for r in self.rounds for u in r) for n in self.nodes)
+
+    def reassign(self, lost: Node, units: list[list[Cell]], why: str) -> list[tuple[list[Cell], str]]:
+        """A lost node's units go to live nodes alike; returns the units no such node can run."""
+        stranded = []
+        for unit in units:
+            if not self._pending(unit):
+                continue
+            reruns = int(unit[0].extra.get("reruns", 0))
+            alike = [n for n in self.nodes if n.alive and n.kind == lost.kind and n.can_run(unit)]
+            if not alike or reruns >= MAX_RERUNS:
+                reason = (f"{why}; tried {reruns + 1} times" if alike else
+                          f"{why}, and no live node has its labels {lost.kind}")
+                stranded.append((unit, reason))
+                continue
+            target = min(alike, key=lambda n: (len(n.queue) + len(n.running)))
+            again = [dataclasses.replace(c, extra={**c.extra, "reruns": reruns + 1, "lost_on": lost.host})
+                     for c in unit]
+            target.queue.appendleft(again)
+        return stranded
+
+    def stranded_rounds(self) -> list[list[Cell]]:
+        """Measured rounds' units no live node can run (after losses): recorded lost at the end."""
+        left = [u for r in self.rounds for u in r if self._pending(u)]
+        self.rounds.clear()
+        return left
+
+
+def select_nodes(agents: list[tuple[dict[str, Any], Any]], described: list[dict[str, Any]],
+                 wanted: dict[str, str | list[str]], console: Console) -> list[Node]:
+    nodes: list[Node] = []
+    seen_hosts: dict[str, str] = {}
+    for (_, actor), info in zip(agents, described, strict=True):
+        if not matches(info["labels"], wanted):
+            continue
+        if info["host_key"] in seen_hosts:
+            # two Ray nodes on one host would measure each other: use one of them
+            console.print(f"[yellow]node {info['node_id'][:8]} is on host {info['host_key']} like node "
+                          f"{seen_hosts[info['host_key']][:8]}: using only one node per host[/] (give nodes on "
+                          f"separate hosts distinct `{HOST_LABEL}` labels only if they truly are separate)")
+            continue
+        seen_hosts[info["host_key"]] = info["node_id"]
+        nodes.append(Node(info, actor))
+    return nodes
+
+
+def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None, resume: bool,
+                     console: Console, address: str,
+                     on_unit_done: Callable[[list[CellOutcome]], None] | None = None) -> Path:
+    from isobench.fingerprint import host_fingerprint
+    from isobench.runner.study import open_store
+    from isobench.store import Store
+
+    study, study_text, file, out, store = open_store(study_text, file, out, resume)
+    if study.repetitions == "auto":
+        raise UserError("repetitions: auto is not supported on a Ray cluster yet", file=file, field="repetitions",
+                        fix="give a number of repetitions, or run the study locally")
+    hosts = study.hosts
+    mode = hosts.mode if hosts else "spread"
+    slots = hosts.cells_per_node if hosts else 1
+    ray = connect(address)
+    agents: list[tuple[dict[str, Any], Any]] = []
+    nodes: list[Node] = []
+    try:
+        agents = start_agents(ray)
+        described = ray.get([actor.describe.remote() for _, actor in agents], timeout=600)
+        nodes = select_nodes(agents, described, hosts.labels if hosts else {}, console)
+        if not nodes:
+            raise UserError(f"no live node of the cluster at {address} matches hosts.labels "
+                            f"{hosts.labels if hosts else {}}", file=file, field="hosts.labels",
+                            fix="see the nodes' labels with `isobench doctor --ray ADDRESS`")
+        usable = ray.get([n.actor.prepare.remote(study_text, file) for n in nodes], timeout=1800)
+        for node, reasons in zip(nodes, usable, strict=True):
+            node.usable = reasons
+        for index, entry in enumerate(study.platforms):
+            if not any(n.usable.get(entry.key) == "" for n in nodes):
+                why = "; ".join(f"{n.host}: {n.usable.get(entry.key)}" for n in nodes)
+                raise UserError(f"{entry.name} cannot run on any selected node ({why})", file=file,
+                                field=f"platforms[{index}]", fix="see `isobench doctor --ray ADDRESS`, or drop it")
+
+        plan = expand(study)
+        if store is None:
+            fingerprint = host_fingerprint()
+            fingerprint["cluster"] = {"address": address, "mode": mode}
+            store = Store.create(out, study_text, study.name, file, fingerprint)
+        known = json.loads(store.meta("hosts") or "{}")
+        for node in nodes:
+            known[node.host] = {"labels": class_labels(node.info["labels"]), "fingerprint": node.info["fingerprint"],
+                                "node_id": node.info["node_id"]}
+        store.set_meta("hosts", json.dumps(known, sort_keys=True, default=str))
+        done = store.finished_ids()
+        scheduler = Scheduler(nodes, plan, done, mode)
+        total = sum(len(u) for n in nodes for u in n.queue) if mode == "each" else (
+            sum(not c.warmup for c in plan) + sum(len(u) for u in scheduler.warmup) * len(nodes))
+        console.print(f"study [bold]{study.name}[/] on {len(nodes)} host(s) "
+                      f"({', '.join(n.host for n in nodes)}), mode {mode}: about {total} cells "
+                      f"({len(done)} already done) -> {out}")
+        failures = _drive(ray, scheduler, nodes, slots, store, out, console, total, len(done), on_unit_done)
+    except KeyboardInterrupt:
+        console.print(f"\n[yellow]interrupted[/]: finished cells are saved; continue with "
+                      f"`isobench run --resume --out {out} --ray {address}`")
+        raise
+    finally:
+        _finish_nodes(ray, nodes, console)
+        for _, actor in agents:  # the nodes not selected, too
+            try:
+                ray.kill(actor)
+            except Exception:
+                pass
+        ray.shutdown()
+        if store is not None:
+            store.close()
+    if failures:
+        console.print(f"[red]{failures} cell(s) failed or were lost[/]; `isobench summary {out}` lists them")
+    return out
+
+
+def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store: Any, out: Path,
+           console: Console, total: int, already: int,
+           on_unit_done: Callable[[list[CellOutcome]], None] | None) -> int:
+    """Keep every live node busy with one unit (``slots`` with co-location) and store results."""
+    from isobench.runner.study import sigterm_as_interrupt
+
+    failures = 0
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeRemainingColumn(), console=console, transient=False)
+    by_ref: dict[Any, Node] = {}
+
+    def record(outcomes: list[CellOutcome], display: str) -> None:
+        nonlocal failures
+        store.record_all(outcomes, display)
+        for outcome in outcomes:
+            scheduler.done.add(outcome.cell.cell_id)
+            if outcome.status not in ("ok", "unavailable"):
+                failures += 1
+                progress.console.print(f"[red]{outcome.status}[/] {outcome.cell.cell_id}: {outcome.error}")
+            progress.advance(task)
+        if on_unit_done is not None:
+            on_unit_done(outcomes)
+
+    with sigterm_as_interrupt(), progress:
+        task = progress.add_task("running", total=total, completed=already)
+        while True:
+            for node in nodes:
+                while node.alive and len(node.running) < slots:
+                    unit = scheduler.next_unit(node)
+                    if unit is None:
+                        break
+                    ref = node.actor.run.remote(unit, str(out.resolve()))
+                    node.running[ref] = (unit, time.monotonic())
+                    by_ref[ref] = node
+                    progress.update(task, description=f"{node.host}: {unit[0].workload_key} on {unit[0].platform_key}")
+            if not by_ref:
+                break
+            ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=5.0)
+            for ref in ready:
+                node = by_ref.pop(ref)
+                unit, sent = node.running.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except ray.exceptions.RayActorError as exc:  # the node (or its agent) is gone
+                    node.alive = False
+                    for other_ref in list(node.running):
+                        unit_more, _ = node.running.pop(other_ref)
+                        by_ref.pop(other_ref, None)
+                        node.queue.appendleft(unit_more)
+                    why = f"node {node.info['node_id'][:8]} (host {node.host}) was lost mid-cell"
+                    progress.console.print(f"[yellow]{why}[/]: {type(exc).__name__}; re-running its "
+                                           f"{len(node.queue) + 1} unit(s) on nodes alike")
+                    stranded = scheduler.reassign(node, [unit, *node.queue], why)
+                    node.queue.clear()
+                    for lost_unit, reason in stranded:
+                        record([_lost_outcome(c, reason) for c in lost_unit], unit[0].platform_key)
+                    continue
+                except ray.exceptions.RayTaskError as exc:  # a bug in the agent: the node lives on
+                    message = str(exc).strip().splitlines()[-1][:500]
+                    record([CellOutcome(cell=c, status="failed", exit_code=None,
+                                        error=f"the node's agent failed: {message}", stderr_tail=str(exc)[-2000:],
+                                        started_at=time.time(), wall_s=0.0, startup_s=None) for c in unit],
+                           unit[0].platform_key)
+                    continue
+                head_s = time.monotonic() - sent
+                for outcome in result["outcomes"]:
+                    info = outcome.platform_info.setdefault("ray", {})
+                    info.update(host_key=node.host, head_s=head_s,
+                                overhead_s=max(0.0, head_s - result["agent_s"]))
+                    if outcome.cell.extra.get("reruns"):
+                        info.update(reruns=outcome.cell.extra["reruns"], lost_on=outcome.cell.extra.get("lost_on"))
+                record(result["outcomes"], result["display"])
+        for unit in scheduler.stranded_rounds():
+            record([_lost_outcome(c, "no live node can run it") for c in unit], unit[0].platform_key)
+    return failures
+
+
+def _finish_nodes(ray: Any, nodes: list[Node], console: Console) -> None:
+    """Ask every live agent to clean its node up, then end the agents."""
+    live = [n for n in nodes if n.alive]
+    refs = [n.actor.finish.remote() for n in live]
+    try:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=120)
+        for ref in ready:
+            try:
+                for removed in ray.get(ref):
+                    console.print(f"[yellow]removed a leftover of an earlier run:[/] {removed}")
+            except Exception:  # a node lost at the very end: its own next run sweeps it
+                pass
+    finally:
+        for node in nodes:
+            try:
+                ray.kill(node.actor)
+            except Exception:
+                pass
+
