@@ -1,0 +1,266 @@
+"""Studies on a real local Ray cluster of 3 nodes (ray.cluster_utils.Cluster), each node
+labelled as its own host, driven through the CLI as a user would."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import leftovers
+from tests.conftest import ISOBENCH, need_docker, run_cli, write_study
+
+pytestmark = pytest.mark.slow
+HOSTS = ("h0", "h1", "h2")
+
+
+class LocalCluster:
+    def __init__(self) -> None:
+        from ray.cluster_utils import Cluster
+
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "labels": {"isobench-host": HOSTS[0], "rack": "a"}, "include_dashboard": False})
+        self.nodes = {HOSTS[0]: self.cluster.head_node}
+        for host in HOSTS[1:]:
+            self.nodes[host] = self.cluster.add_node(num_cpus=1, labels={"isobench-host": host, "rack": "a"})
+        self.cluster.wait_for_nodes()
+        self.address = self.cluster.address
+
+    def kill(self, host: str) -> None:
+        """The node disappears at once, as when its machine loses power."""
+        self.cluster.remove_node(self.nodes.pop(host), allow_graceful=False)
+
+    def shutdown(self) -> None:
+        self.cluster.shutdown()
+
+
+def _cluster() -> Iterator[LocalCluster]:
+    pytest.importorskip("ray", reason="Ray is not installed (./isobench.sh setup installs it)")
+    need_docker()
+    cluster = LocalCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    yield from _cluster()
+
+
+@pytest.fixture
+def fresh_cluster() -> Iterator[LocalCluster]:
+    yield from _cluster()
+
+
+def _spin(work: int) -> dict[str, Any]:
+    return {"name": "cpu-spin", "params": {"iterations": 3, "work": work}}
+
+
+def _rows(out: Path) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(out / "isobench.sqlite")
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute("SELECT * FROM cells ORDER BY started_at")]
+    conn.close()
+    for row in rows:
+        row["info"] = json.loads(row["platform_info"] or "{}")
+    return rows
+
+
+def _assert_one_unit_per_host_at_a_time(rows: list[dict[str, Any]]) -> None:
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        if row["status"] == "ok":
+            spans[row["info"]["host_key"]].append((row["info"]["ray"]["unit_start"], row["info"]["ray"]["unit_end"]))
+    for host, host_spans in spans.items():
+        host_spans.sort()
+        for (_, end), (start, _) in zip(host_spans, host_spans[1:], strict=False):
+            assert start >= end, f"two cells overlapped on {host}: one ended at {end}, the next began at {start}"
+
+
+def _assert_clean() -> None:
+    assert leftovers.containers() == []
+    assert leftovers.cgroups() == []
+
+
+def test_cells_spread_over_every_node_one_at_a_time_with_same_host_ratios(cluster: LocalCluster,
+                                                                         tmp_path: Path) -> None:
+    study = write_study(tmp_path / "spread.yaml", {
+        "name": "spread", "workloads": [_spin(20_000)],
+        "platforms": [{"name": "baremetal"}, {"name": "docker"}],
+        "repetitions": 6, "warmup": 1, "probes": {}})
+    out = tmp_path / "out"
+    result = run_cli("run", str(study), "--ray", cluster.address, "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = _rows(out)
+    # every measured cell once; each host ran its own warm-up round first
+    measured = [r for r in rows if not r["warmup"]]
+    assert len(measured) == 12 and len({r["cell_id"] for r in measured}) == 12
+    assert sorted(r["cell_id"].rsplit("@", 1)[1] for r in rows if r["warmup"]) == sorted(HOSTS * 2)
+    assert all(r["status"] == "ok" for r in rows), [(r["cell_id"], r["error"]) for r in rows if r["status"] != "ok"]
+    assert {r["info"]["host_key"] for r in measured} == set(HOSTS)
+    _assert_one_unit_per_host_at_a_time(rows)
+    # a measured round (every group once) runs whole on one host: its baseline is beside it
+    by_round: dict[int, set[str]] = defaultdict(set)
+    for row in measured:
+        by_round[row["rep"]].add(row["info"]["host_key"])
+    assert all(len(hosts) == 1 for hosts in by_round.values()), by_round
+    # the head's scheduling costs little next to a cell: a few ms a unit, beside the cell's own time
+    overheads = [r["info"]["ray"]["overhead_s"] for r in rows]
+    assert max(overheads) < 2.0, overheads
+
+    # per-host ratios: docker on host h against bare metal on h, never another host
+    summary = run_cli("summary", str(out), "--json", check=True)
+    records = [r for r in json.loads(summary.stdout) if r["metric"] == "e2e"]
+    assert {r["host"] for r in records} == {h for h in HOSTS if len(by_host_reps(measured, h)) > 0}
+    for record in records:
+        mine = [r for r in measured if r["info"]["host_key"] == record["host"]]
+        docker = [_e2e(out, r["cell_id"]) for r in mine if r["platform_key"] == "docker"]
+        bare = [_e2e(out, r["cell_id"]) for r in mine if r["platform_key"] == "baremetal"]
+        assert record["ratio"] == pytest.approx(_geo(docker) / _geo(bare), rel=1e-6)
+    text = run_cli("summary", str(out), check=True).stdout
+    assert "across 3 hosts" in text
+    _assert_clean()
+
+
+def by_host_reps(rows: list[dict[str, Any]], host: str) -> set[int]:
+    return {r["rep"] for r in rows if r["info"]["host_key"] == host}
+
+
+def _e2e(out: Path, cell_id: str) -> float:
+    conn = sqlite3.connect(out / "isobench.sqlite")
+    value = conn.execute("SELECT value FROM metrics WHERE cell_id = ? AND metric = 'e2e'", (cell_id,)).fetchone()[0]
+    conn.close()
+    return float(value)
+
+
+def _geo(values: list[float]) -> float:
+    import math
+
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def test_each_mode_runs_the_whole_plan_on_every_selected_host(cluster: LocalCluster, tmp_path: Path) -> None:
+    study = write_study(tmp_path / "fleet.yaml", {
+        "name": "fleet", "workloads": [_spin(5_000)],
+        "platforms": [{"name": "baremetal"}, {"name": "docker"}],
+        "repetitions": 2, "warmup": 0, "probes": {},
+        "hosts": {"mode": "each", "labels": {"host": ["h0", "h2"], "rack": "a"}}})
+    out = tmp_path / "out"
+    result = run_cli("run", str(study), "--ray", cluster.address, "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = _rows(out)
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    assert {r["info"]["host_key"] for r in rows} == {"h0", "h2"}  # h1 is not selected
+    for row in rows:
+        assert row["cell_id"].endswith("@" + row["info"]["host_key"])
+    _assert_one_unit_per_host_at_a_time(rows)
+    records = json.loads(run_cli("summary", str(out), "--json", check=True).stdout)
+    assert sorted(r["host"] for r in records if r["metric"] == "e2e") == ["h0", "h2"]
+    assert all(r["n"] == 2 for r in records if r["metric"] == "e2e")
+    meta = json.loads(sqlite3.connect(out / "isobench.sqlite").execute(
+        "SELECT value FROM meta WHERE key = 'hosts'").fetchone()[0])
+    assert set(meta) == {"h0", "h2"} and meta["h0"]["labels"]["rack"] == "a"
+
+
+def test_bad_cluster_input_is_refused_before_anything_is_written(cluster: LocalCluster, tmp_path: Path) -> None:
+    study = {"name": "nobody", "workloads": [_spin(1_000)], "platforms": [{"name": "baremetal"}],
+             "repetitions": 1, "warmup": 0, "probes": {}, "hosts": {"labels": {"rack": "z"}}}
+    out = tmp_path / "out"
+    result = run_cli("run", str(write_study(tmp_path / "s.yaml", study)), "--ray", cluster.address, "--out", str(out))
+    assert result.returncode == 2 and "hosts.labels" in result.stderr and not out.exists(), result.stderr
+    del study["hosts"]
+    result = run_cli("run", str(write_study(tmp_path / "s.yaml", study)), "--ray", "127.0.0.1:1", "--out", str(out))
+    assert result.returncode == 2 and "--ray" in result.stderr and "no Ray cluster answers" in result.stderr
+    assert not out.exists()
+
+
+def test_doctor_shows_each_nodes_capabilities(cluster: LocalCluster) -> None:
+    result = run_cli("doctor", "--ray", cluster.address, check=True)
+    assert "3 live node(s)" in result.stdout
+    for host in HOSTS:
+        assert host in result.stdout
+    assert "docker/runc" in result.stdout and "rack=a" in result.stdout
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _recorded(out: Path) -> list[str]:
+    try:
+        conn = sqlite3.connect(out / "isobench.sqlite", timeout=5)
+        ids = [r[0] for r in conn.execute("SELECT cell_id FROM cells")]
+        conn.close()
+        return ids
+    except sqlite3.Error:
+        return []
+
+
+def test_a_node_lost_mid_cell_has_its_cells_rerun_and_every_cell_recorded_once(fresh_cluster: LocalCluster,
+                                                                               tmp_path: Path) -> None:
+    study = write_study(tmp_path / "loss.yaml", {
+        "name": "loss", "workloads": [_spin(150_000)],
+        "platforms": [{"name": "baremetal"}, {"name": "docker"}],
+        "repetitions": 4, "warmup": 1, "probes": {}})
+    out = tmp_path / "out"
+    head = subprocess.Popen([*ISOBENCH, "run", str(study), "--ray", fresh_cluster.address, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # h2 starts a measured cell as soon as its two warm-up cells are stored: kill it then
+        _wait_for(lambda: sum(i.endswith("@h2") for i in _recorded(out)) == 2, 300, "h2's warm-up")
+        time.sleep(0.3)
+        fresh_cluster.kill("h2")
+        output, _ = head.communicate(timeout=600)
+    finally:
+        if head.poll() is None:
+            head.kill()
+    assert head.returncode == 0, output
+    assert "was lost mid-cell" in output, output
+    rows = _rows(out)
+    measured = [r for r in rows if not r["warmup"]]
+    assert len(measured) == 8 and len({r["cell_id"] for r in rows}) == len(rows)
+    assert all(r["status"] == "ok" for r in rows), [(r["cell_id"], r["status"], r["error"]) for r in rows]
+    rerun = [r for r in measured if r["info"]["ray"].get("lost_on") == "h2"]
+    assert rerun and all(r["info"]["host_key"] in ("h0", "h1") for r in rerun)
+    _assert_one_unit_per_host_at_a_time(rows)
+    _assert_clean()  # the survivors swept what the dead node's cell left on this host
+
+
+def test_a_killed_head_loses_no_finished_cell_and_resume_finishes(cluster: LocalCluster, tmp_path: Path) -> None:
+    study = write_study(tmp_path / "crash.yaml", {
+        "name": "crash", "workloads": [_spin(60_000)],
+        "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"}],
+        "repetitions": 4, "warmup": 0, "probes": {}})
+    out = tmp_path / "out"
+    head = subprocess.Popen([*ISOBENCH, "run", str(study), "--ray", cluster.address, "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: len(_recorded(out)) >= 2, 300, "two finished cells")
+        head.send_signal(signal.SIGKILL)
+        head.wait(timeout=30)
+    finally:
+        if head.poll() is None:
+            head.kill()
+    before = set(_recorded(out))
+    assert 2 <= len(before) < 8
+    result = run_cli("run", "--resume", "--out", str(out), "--ray", cluster.address)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = _rows(out)
+    assert len(rows) == 8 and before <= {r["cell_id"] for r in rows}
+    assert all(r["status"] == "ok" for r in rows)
+    _assert_clean()
