@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, types
-from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
 from isobench.nvmsim.devices import Device
@@ -322,7 +321,8 @@ def _select(words, start, skip):
         c = np.int64(_popcount(x))
     for _ in range(skip):
         x &= x - np.uint64(1)
-    return (wi << 6) + np.int64(trailing_zeros(x))
+    # trailing zeros of x: the set bits below its lowest one (numba's own ctz helper is internal API)
+    return (wi << 6) + np.int64(_popcount((x & (~x + np.uint64(1))) - np.uint64(1)))
 
 
 @njit(cache=True)
