@@ -28,6 +28,7 @@ from isobench.workloads.training import (
     make_loader,
     make_optimizer,
     train_loop,
+    train_phases,
 )
 
 ImageTrainModel = Literal["lenet5", "mobilenet_v3_large", "mobilenet_v3_small", "resnet18", "squeezenet1_1",
@@ -125,6 +126,10 @@ class ImageTrain(Workload):
         return image_data_key(params)
 
     @classmethod
+    def item_phases(cls, params: ImageTrainParams) -> tuple[str, ...]:  # type: ignore[override]
+        return train_phases(params)
+
+    @classmethod
     def check_host(cls, params: ImageTrainParams) -> None:  # type: ignore[override]
         if params.data_path:
             check(params.kind, params.data_path)
@@ -164,4 +169,4 @@ class ImageTrain(Workload):
         def read_out(loss: Any, outputs: Any, batch: Any) -> dict[str, float]:
             return {"loss": loss.item(), "accuracy": (outputs.argmax(1) == batch[1]).float().mean().item()}
 
-        train_loop(ctx, params, loader, device, optimizer, forward, read_out)
+        train_loop(ctx, params, loader, device, optimizer, forward, read_out, model)

@@ -30,6 +30,7 @@ from isobench.workloads.training import (
     make_loader,
     make_optimizer,
     train_loop,
+    train_phases,
 )
 
 TRANSFORMERS_IMPORT_S = 3.0
@@ -107,6 +108,10 @@ class TextTrain(Workload):
         return text_data_key(params)
 
     @classmethod
+    def item_phases(cls, params: TextTrainParams) -> tuple[str, ...]:  # type: ignore[override]
+        return train_phases(params)
+
+    @classmethod
     def check_host(cls, params: TextTrainParams) -> None:  # type: ignore[override]
         check_text_data(params)
 
@@ -166,5 +171,5 @@ class TextTrain(Workload):
         def read_out(loss: Any, outputs: Any, batch: Any) -> dict[str, float]:
             return {"loss": loss.item()}
 
-        train_loop(ctx, params, loader, device, optimizer, forward, read_out)
+        train_loop(ctx, params, loader, device, optimizer, forward, read_out, model)
         ctx.note(vocab_size=vocab)

@@ -3,9 +3,15 @@
 Phases: ``fetch_stall`` (waiting for the DataLoader, plus the copy to the device),
 ``forward`` (forward and loss), ``backward``, ``optimizer`` (step and zero_grad) and
 ``logging`` (the rest of the iteration: the periodic loss read-out every ``log_every``
-steps). ``logging`` is defined as end-to-end minus the other phases, so the phases add up
-to the minibatch's end-to-end time; the record write to the runner happens between
-minibatches and is in no minibatch's time.
+steps, appended to a log file with ``log_file``) and, with ``checkpoint_every: N``,
+``checkpoint`` (model and optimizer state saved every N steps, near zero on the other
+steps). Each phase ends where the next begins, so the phases add up to the minibatch's
+end-to-end time; the record write to the runner happens between minibatches and is in no
+minibatch's time.
+
+Checkpoints and the log go to a scratch directory of the cell's own under
+``checkpoint_dir`` (disk-backed, so the kernel's flusher threads write them back: they are
+not fsync'd), rewritten in place each time as real checkpointing does, and removed at the end.
 
 How long: ``steps`` minibatches, or with ``epochs: N`` at least N whole epochs; either way
 training goes on until ``min_seconds`` have passed ("at least N epochs or T seconds,
@@ -14,11 +20,14 @@ whichever is longer", as Prashanthi et al. ran theirs).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from isobench.workloads.base import WorkloadParams
 from isobench.workloads.timing import phase_clock, timing_mode
@@ -48,6 +57,58 @@ class TrainParams(WorkloadParams):
     sync_timing: bool = Field(False, description="CUDA-event timing (synchronises each minibatch; "
                                                  "a no-op on the CPU); the mode is in `done`")
     data_path: str | None = Field(None, description="a real data set instead of the generated one")
+    checkpoint_every: int = Field(0, ge=0, le=10_000_000, description="save model and optimizer state every N "
+                                                                      "steps (0: never); rewritten in place, "
+                                                                      "not fsync'd")
+    log_file: bool = Field(False, description="append each loss read-out as a line to a log file")
+    checkpoint_dir: str = Field("/var/tmp", description="where the cell's scratch directory for checkpoints and "
+                                                        "the log goes (disk-backed to see write-backs)")
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"checkpoint_dir {value!r} is relative; fix: give an absolute path such as /var/tmp")
+        return value
+
+
+def train_phases(params: TrainParams) -> tuple[str, ...]:
+    """The phases each minibatch reports: ``checkpoint`` only when checkpointing is on."""
+    return (*TRAIN_PHASES, "checkpoint") if params.checkpoint_every else TRAIN_PHASES
+
+
+class Scratch:
+    """The cell's own directory for checkpoints and the training log, removed by ``close``."""
+
+    def __init__(self, parent: str) -> None:
+        try:
+            self.dir = Path(tempfile.mkdtemp(prefix="isobench-train-", dir=parent))
+        except OSError as exc:
+            raise RuntimeError(f"checkpoint_dir {parent} is not writable in this cell ({exc.strerror}); "
+                               "fix: set checkpoint_dir to a writable, disk-backed directory") from exc
+        self.checkpoint = self.dir / "checkpoint.pt"
+        self.log = self.dir / "train.log"
+        self.saved = 0
+        self.size = 0
+
+    def save(self, step: int, model: Any, optimizer: Any) -> None:
+        import torch
+
+        # Rewritten in place rather than truncated: ext4 (auto_da_alloc) starts write-back at
+        # close of a file truncated to zero, which would take it from the flusher threads.
+        with open(self.checkpoint, "r+b" if self.saved else "wb") as handle:
+            torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, handle)
+            handle.truncate()
+            self.size = handle.tell()
+        self.saved += 1
+
+    def append(self, step: int, values: dict[str, float]) -> None:
+        line = " ".join(f"{k}={v:.6g}" for k, v in values.items())
+        with open(self.log, "a") as handle:
+            handle.write(f"step {step} {time.time():.6f} {line}\n")
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def make_optimizer(params: TrainParams, parameters: Any) -> Any:
@@ -85,10 +146,23 @@ def to_device(batch: Any, device: Any) -> Any:
 
 def train_loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, optimizer: Any,
                forward: Callable[[Any], tuple[Any, Any]],
-               read_out: Callable[[Any, Any, Any], dict[str, float]]) -> None:
+               read_out: Callable[[Any, Any, Any], dict[str, float]], model: Any = None) -> None:
     """Run and time the minibatches. ``forward(batch) -> (loss, outputs)``;
     ``read_out(loss, outputs, batch)`` is the periodic logging (it may synchronise, as real
-    training logs do)."""
+    training logs do); ``model`` is what checkpoints save."""
+    if params.checkpoint_every and model is None:
+        raise ValueError("checkpoint_every: this workload has no model to checkpoint; fix: leave it at 0")
+    scratch = Scratch(params.checkpoint_dir) if params.checkpoint_every or params.log_file else None
+    try:
+        _loop(ctx, params, loader, device, optimizer, forward, read_out, model, scratch)
+    finally:
+        if scratch is not None:
+            scratch.close()
+
+
+def _loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, optimizer: Any,
+          forward: Callable[[Any], tuple[Any, Any]], read_out: Callable[[Any, Any, Any], dict[str, float]],
+          model: Any, scratch: Scratch | None) -> None:
     mode = timing_mode(params.sync_timing, device.type)
     clock = phase_clock(mode)
     steps_per_epoch = len(loader)
@@ -115,7 +189,13 @@ def train_loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, 
         clock.lap("optimizer")
         if step % params.log_every == 0:
             log = read_out(loss, outputs, batch)
+            if params.log_file and scratch is not None:
+                scratch.append(step, log)
         clock.lap("logging")
+        if params.checkpoint_every:
+            if (step + 1) % params.checkpoint_every == 0 and scratch is not None:
+                scratch.save(step + 1, model, optimizer)
+            clock.lap("checkpoint")
         phases, e2e = clock.stop()
         ctx.item(phases, e2e)
         step += 1
@@ -128,4 +208,6 @@ def train_loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, 
     ctx.emit({"type": "note", **{f"final_{k}": v for k, v in log.items()}})
     ctx.note(timing=mode, sync_timing=params.sync_timing, device=str(device), steps=step,
              steps_per_epoch=steps_per_epoch, **{f"final_{k}": v for k, v in log.items()})
+    if scratch is not None:
+        ctx.note(checkpoints=scratch.saved, checkpoint_bytes=scratch.size, scratch_dir=str(scratch.dir))
     ctx.metric("epochs", step / steps_per_epoch, "epochs")
