@@ -291,7 +291,7 @@ def _doctor_cluster(address: str) -> None:
     hosts = [n["host_key"] for n in nodes]
     if len(set(hosts)) < len(hosts):
         console.print("[yellow]several nodes share a host[/]: a study uses one node per host, so cells do not "
-                      "measure each other; label separate hosts with `ray start --labels '{\"isobench-host\": NAME}'`")
+                      "measure each other; label separate hosts with `ray start --labels isobench-host=NAME`")
 
 
 def _probe_summary() -> None:
