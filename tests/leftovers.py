@@ -1,17 +1,34 @@
-"""What a run may leave behind: the tests assert there is none of it."""
+"""What a run may leave behind: the tests assert there is none of it.
+
+A resource belongs to the runner named in it (``<pid>-<boot>``). Another runner that is still
+alive (a second isobench on this host, e.g. a study someone else is running) owns its resources:
+they are not this test's leftovers. Ours, and those of every runner that has exited, are.
+"""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 from isobench.hostinfo import cgroup_layout
+from isobench.platforms.base import _held_lock, tag_is_stale
+
+TAG = re.compile(r"(\d+-[0-9a-f]{8})")
+
+
+def _someone_elses_live(name: str) -> bool:
+    found = TAG.search(name)
+    if found is None:
+        return False
+    tag = found.group(1)
+    return tag != _held_lock.get("tag") and not tag_is_stale(tag)
 
 
 def containers() -> list[str]:
     out = subprocess.run(["docker", "ps", "-a", "--filter", "label=isobench.runner", "--format", "{{.Names}}"],
                          capture_output=True, text=True)
-    return out.stdout.split()
+    return [name for name in out.stdout.split() if not _someone_elses_live(name)]
 
 
 def oci_state() -> list[str]:
@@ -19,7 +36,7 @@ def oci_state() -> list[str]:
     root = Path("/run/isobench/oci")
     for sub in ("runc", "crun", "runsc", "bundles"):
         if (root / sub).is_dir():
-            found += [f"{sub}/{p.name}" for p in (root / sub).iterdir()]
+            found += [f"{sub}/{p.name}" for p in (root / sub).iterdir() if not _someone_elses_live(p.name)]
     return found
 
 
@@ -31,11 +48,12 @@ def cgroups() -> list[str]:
     found = []
     for root in roots:
         for directory in sorted((root / "isobench").rglob("*")) if (root / "isobench").exists() else []:
-            if directory.is_dir():
+            if directory.is_dir() and not _someone_elses_live(str(directory.relative_to(root))):
                 procs = (directory / "cgroup.procs").read_text().split()
                 found.append(f"{directory} procs={procs}")
-        if (root / "isobench").exists() and not found:
-            found.append(str(root / "isobench"))
+        parent = root / "isobench"
+        if parent.exists() and not found and not any(p.is_dir() for p in parent.iterdir()):
+            found.append(str(parent))  # an empty parent left behind (a live runner's keeps it)
     return found
 
 

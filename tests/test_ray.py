@@ -264,3 +264,29 @@ def test_a_killed_head_loses_no_finished_cell_and_resume_finishes(cluster: Local
     assert len(rows) == 8 and before <= {r["cell_id"] for r in rows}
     assert all(r["status"] == "ok" for r in rows)
     _assert_clean()
+
+
+def test_an_interrupted_head_cleans_every_node_and_keeps_finished_cells(cluster: LocalCluster, tmp_path: Path) -> None:
+    study = write_study(tmp_path / "stop.yaml", {
+        "name": "stop", "workloads": [_spin(150_000)],
+        "platforms": [{"name": "baremetal"}, {"name": "docker"}],
+        "repetitions": 6, "warmup": 0, "probes": {}})
+    out = tmp_path / "out"
+    head = subprocess.Popen([*ISOBENCH, "run", str(study), "--ray", cluster.address, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(lambda: len(_recorded(out)) >= 2, 300, "two finished cells")
+        time.sleep(0.5)  # every node is mid-cell now
+        head.send_signal(signal.SIGTERM)
+        output, _ = head.communicate(timeout=180)
+    finally:
+        if head.poll() is None:
+            head.kill()
+    assert head.returncode == 130, output
+    assert "--resume" in output
+    kept = _recorded(out)
+    assert len(kept) >= 2
+    _assert_clean()  # containers and cgroups of the cells cut short are gone from the host
+    assert run_cli("run", "--resume", "--out", str(out), "--ray", cluster.address).returncode == 0
+    assert len(_recorded(out)) == 12
+    _assert_clean()

@@ -175,7 +175,15 @@ def stale_groups(is_stale) -> list[Path]:  # type: ignore[no-untyped-def]
 
 def remove_tree(tag_dir: Path) -> None:
     """Remove a runner's whole subtree (cells first)."""
-    leaves = sorted((p for p in tag_dir.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+    for _ in range(5):  # another runner may be sweeping the same tree right now (Ray agents on one host)
+        try:
+            leaves = sorted((p for p in tag_dir.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+            break
+        except FileNotFoundError:
+            if not tag_dir.exists():
+                return
+    else:
+        leaves = []
     remove_group_dirs(leaves + [tag_dir])
 
 

@@ -188,6 +188,21 @@ class NodeAgent:
                                             "unit_end": ended_wall}
         return {"outcomes": outcomes, "display": platform.display(), "agent_s": time.monotonic() - began}
 
+    def sweep(self) -> list[str]:
+        """Remove what dead runners left on this host (an agent killed mid-cell, for one)."""
+        from isobench.platforms import PLATFORMS
+        from isobench.platforms.base import prune_stale_runner_locks
+        from isobench.probes import PROBES
+
+        removed: list[str] = []
+        for _, cls in [*PLATFORMS, *PROBES]:
+            try:
+                removed.extend(cls.sweep_stale())
+            except Exception as exc:  # one broken sweep must not stop the others
+                removed.append(f"sweep of {cls.__name__} failed: {exc}")
+        prune_stale_runner_locks()
+        return removed
+
     def finish(self) -> list[str]:
         """Clean up this node: the platforms' shared state, empty cgroups, dead runners' leftovers."""
         from isobench.platforms.base import prune_stale_runner_locks, runner_tag
@@ -238,14 +253,14 @@ def connect(address: str) -> Any:
     return ray
 
 
-def start_agents(ray: Any) -> list[tuple[dict[str, Any], Any]]:
-    """One agent actor per live node, pinned there: [(node record, actor)]."""
+def start_agents(ray: Any, only: set[str] | None = None) -> list[tuple[dict[str, Any], Any]]:
+    """One agent actor per live node (or per node id in ``only``), pinned there: [(node record, actor)]."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     agent_cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(NodeAgent)
     agents = []
     for node in ray.nodes():
-        if not node.get("Alive"):
+        if not node.get("Alive") or (only is not None and node["NodeID"] not in only):
             continue
         labels = {k: str(v) for k, v in (node.get("Labels") or {}).items()}
         actor = agent_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
@@ -420,6 +435,7 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
     ray = connect(address)
     agents: list[tuple[dict[str, Any], Any]] = []
     nodes: list[Node] = []
+    interrupted = True  # until the cells are done: any exit on the way kills and sweeps
     try:
         agents = start_agents(ray)
         described = ray.get([actor.describe.remote() for _, actor in agents], timeout=600)
@@ -455,12 +471,13 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
                       f"({', '.join(n.host for n in nodes)}), mode {mode}: about {total} cells "
                       f"({len(done)} already done) -> {out}")
         failures = _drive(ray, scheduler, nodes, slots, store, out, console, total, len(done), on_unit_done)
+        interrupted = False
     except KeyboardInterrupt:
         console.print(f"\n[yellow]interrupted[/]: finished cells are saved; continue with "
                       f"`isobench run --resume --out {out} --ray {address}`")
         raise
     finally:
-        _finish_nodes(ray, nodes, console)
+        _finish_nodes(ray, nodes, console, interrupted)
         for _, actor in agents:  # the nodes not selected, too
             try:
                 ray.kill(actor)
@@ -551,22 +568,36 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
     return failures
 
 
-def _finish_nodes(ray: Any, nodes: list[Node], console: Console) -> None:
-    """Ask every live agent to clean its node up, then end the agents."""
+def _finish_nodes(ray: Any, nodes: list[Node], console: Console, interrupted: bool) -> None:
+    """Clean every live node up and end the agents.
+
+    After a normal end the agents are idle and clean up themselves. After an interrupt they may
+    be mid-cell, and a Ray actor's running task cannot be interrupted: the agents are killed and
+    a fresh agent on each node sweeps what they left (their runner locks died with them)."""
     live = [n for n in nodes if n.alive]
-    refs = [n.actor.finish.remote() for n in live]
-    try:
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=120)
-        for ref in ready:
-            try:
-                for removed in ray.get(ref):
-                    console.print(f"[yellow]removed a leftover of an earlier run:[/] {removed}")
-            except Exception:  # a node lost at the very end: its own next run sweeps it
-                pass
-    finally:
+    if interrupted:
         for node in nodes:
             try:
                 ray.kill(node.actor)
             except Exception:
                 pass
-
+        janitors = start_agents(ray, {n.info.get("node_id") for n in live})
+        refs = [actor.sweep.remote() for _, actor in janitors]
+        actors = [actor for _, actor in janitors]
+    else:
+        refs = [n.actor.finish.remote() for n in live]
+        actors = [n.actor for n in nodes]
+    try:
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=120)
+        for ref in ready:
+            try:
+                for removed in ray.get(ref):
+                    console.print(f"[yellow]removed a leftover:[/] {removed}")
+            except Exception:  # a node lost at the very end: its own next run sweeps it
+                pass
+    finally:
+        for actor in actors:
+            try:
+                ray.kill(actor)
+            except Exception:
+                pass

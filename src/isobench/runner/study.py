@@ -118,6 +118,9 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
     done = store.finished_ids() if store else set()
     todo = [c for c in plan if c.cell_id not in done]
 
+    if study.hosts is not None:
+        console.print("[yellow]note:[/] the study's `hosts:` applies to cluster runs (`--ray ADDRESS`); "
+                      "this local run ignores it")
     runner_tag()  # take this runner's liveness lock before looking for dead runners' leftovers
     for platform_cls in {type(p) for p in platforms.values()}:
         for removed in platform_cls.sweep_stale():
