@@ -290,3 +290,34 @@ def test_an_interrupted_head_cleans_every_node_and_keeps_finished_cells(cluster:
     assert run_cli("run", "--resume", "--out", str(out), "--ray", cluster.address).returncode == 0
     assert len(_recorded(out)) == 12
     _assert_clean()
+
+
+def test_a_node_without_a_capability_is_never_given_cells_that_need_it(cluster: LocalCluster, tmp_path: Path) -> None:
+    # a fourth node whose Docker engine is unreachable (its raylet's DOCKER_HOST names no socket)
+    node = cluster.cluster.add_node(num_cpus=1, labels={"isobench-host": "h3", "rack": "a"},
+                                    env_vars={"DOCKER_HOST": "unix:///run/isobench-no-such-engine.sock"})
+    try:
+        doctor = run_cli("doctor", "--ray", cluster.address, check=True).stdout
+        assert "docker=false" in doctor and "4 live node(s)" in doctor
+        spread = write_study(tmp_path / "spread.yaml", {
+            "name": "nodocker", "workloads": [_spin(5_000)],
+            "platforms": [{"name": "baremetal"}, {"name": "docker"}],
+            "repetitions": 4, "warmup": 0, "probes": {}})
+        out = tmp_path / "spread"
+        assert run_cli("run", str(spread), "--ray", cluster.address, "--out", str(out)).returncode == 0
+        rows = _rows(out)
+        assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+        assert not [r for r in rows if r["info"]["host_key"] == "h3"]  # it can run no round whole
+        fleet = write_study(tmp_path / "fleet.yaml", {
+            "name": "nodockerfleet", "workloads": [_spin(5_000)],
+            "platforms": [{"name": "baremetal"}, {"name": "docker"}],
+            "repetitions": 1, "warmup": 0, "probes": {}, "hosts": {"mode": "each", "labels": {"host": ["h0", "h3"]}}})
+        out = tmp_path / "fleet"
+        assert run_cli("run", str(fleet), "--ray", cluster.address, "--out", str(out)).returncode == 0
+        by_id = {r["cell_id"]: r for r in _rows(out)}
+        docker_h3 = [r for i, r in by_id.items() if i.endswith("@h3") and r["platform_key"] == "docker"]
+        assert docker_h3 and all(r["status"] == "unavailable" and "h3" in r["error"] for r in docker_h3)
+        assert all(r["status"] == "ok" for i, r in by_id.items() if not (i.endswith("@h3") and r["platform_key"] == "docker"))
+    finally:
+        cluster.cluster.remove_node(node)
+    _assert_clean()

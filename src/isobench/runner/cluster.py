@@ -332,12 +332,19 @@ class Scheduler:
         for unit in units:
             if not unit[0].warmup:
                 by_round.setdefault(unit[0].rep, []).append(unit)
+        #: units a host cannot run in `each` mode: recorded unavailable, with the node's reason
+        self.unrunnable: list[tuple[list[Cell], str]] = []
         if mode == "each":
             for node in nodes:
-                node.queue.extend(_suffixed(u, node.host) for u in units)
+                for unit in units:
+                    mine = _suffixed(unit, node.host)
+                    if node.can_run(unit):
+                        node.queue.append(mine)
+                    elif self._pending(mine):
+                        why = node.usable.get(unit[0].platform_key) or "it needs a GPU and this host has none"
+                        self.unrunnable.append((mine, f"{unit[0].platform_key} cannot run on host {node.host}: {why}"))
         else:
             self.rounds.extend(by_round[r] for r in sorted(by_round))
-        self.unrunnable: list[tuple[list[Cell], str]] = []
 
     def _pending(self, unit: list[Cell]) -> bool:
         return any(c.cell_id not in self.done for c in unit)
@@ -354,25 +361,31 @@ class Scheduler:
             if not self.rounds:
                 return None
             self._claim_round(node)
-            if not node.queue and not self._someone_can_take_rounds():
-                return None
+            if not node.queue:
+                return None  # nothing here for this node (now): others take the rounds left
 
     def _claim_round(self, node: Node) -> None:
-        """Take the next round this node can run (the part it can run; the rest goes back)."""
-        for index, round_units in enumerate(self.rounds):
-            mine = [u for u in round_units if node.can_run(u) and self._pending(u)]
-            rest = [u for u in round_units if not node.can_run(u) and self._pending(u)]
-            if not mine and rest:
-                continue
-            del self.rounds[index]
-            if rest:
-                self.rounds.insert(index, rest)
-            node.queue.extend(mine)
-            return
-        # nothing this node can run: leave the rounds to others
-
-    def _someone_can_take_rounds(self) -> bool:
-        return any(n.alive and any(n.can_run(u) for r in self.rounds for u in r) for n in self.nodes)
+        """Take the next round this node can run whole. Only a round that no live node can run
+        whole is split: then the node takes its part and the rest goes back for others."""
+        pending = [[u for u in r if self._pending(u)] for r in self.rounds]
+        for index, units in enumerate(pending):
+            if units and all(node.can_run(u) for u in units):
+                del self.rounds[index]
+                node.queue.extend(units)
+                return
+        whole_elsewhere = any(n.alive and n is not node and all(n.can_run(u) for u in units)
+                              for units in pending if units for n in self.nodes)
+        if whole_elsewhere:
+            return  # leave whole rounds to nodes that keep a round on one host
+        for index, units in enumerate(pending):
+            mine = [u for u in units if node.can_run(u)]
+            if mine:
+                del self.rounds[index]
+                rest = [u for u in units if not node.can_run(u)]
+                if rest:
+                    self.rounds.insert(index, rest)
+                node.queue.extend(mine)
+                return
 
     def reassign(self, lost: Node, units: list[list[Cell]], why: str) -> list[tuple[list[Cell], str]]:
         """A lost node's units go to live nodes alike; returns the units no such node can run."""
@@ -465,7 +478,8 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
         store.set_meta("hosts", json.dumps(known, sort_keys=True, default=str))
         done = store.finished_ids()
         scheduler = Scheduler(nodes, plan, done, mode)
-        total = sum(len(u) for n in nodes for u in n.queue) if mode == "each" else (
+        total = sum(len(u) for n in nodes for u in n.queue) + sum(len(u) for u, _ in scheduler.unrunnable) \
+            if mode == "each" else (
             sum(not c.warmup for c in plan) + sum(len(u) for u in scheduler.warmup) * len(nodes))
         console.print(f"study [bold]{study.name}[/] on {len(nodes)} host(s) "
                       f"({', '.join(n.host for n in nodes)}), mode {mode}: about {total} cells "
@@ -516,6 +530,9 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
 
     with sigterm_as_interrupt(), progress:
         task = progress.add_task("running", total=total, completed=already)
+        for unit, why in scheduler.unrunnable:
+            record([dataclasses.replace(_lost_outcome(c, why), status="unavailable") for c in unit],
+                   unit[0].platform_key)
         while True:
             for node in nodes:
                 while node.alive and len(node.running) < slots:
