@@ -201,6 +201,18 @@ def _wait_for(predicate: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _head(study: Path, address: str, out: Path) -> subprocess.Popen[str]:
+    """`isobench run --ray` in the background, as a user's terminal would run it."""
+    return subprocess.Popen([*ISOBENCH, "run", str(study), "--ray", address, "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _two_platforms(path: Path, name: str, work: int, repetitions: int, warmup: int) -> Path:
+    return write_study(path, {"name": name, "workloads": [_spin(work)],
+                              "platforms": [{"name": "baremetal"}, {"name": "docker"}],
+                              "repetitions": repetitions, "warmup": warmup, "probes": {}})
+
+
 def _recorded(out: Path) -> list[str]:
     try:
         conn = sqlite3.connect(out / "isobench.sqlite", timeout=5)
@@ -213,13 +225,9 @@ def _recorded(out: Path) -> list[str]:
 
 def test_a_node_lost_mid_cell_has_its_cells_rerun_and_every_cell_recorded_once(fresh_cluster: LocalCluster,
                                                                                tmp_path: Path) -> None:
-    study = write_study(tmp_path / "loss.yaml", {
-        "name": "loss", "workloads": [_spin(150_000)],
-        "platforms": [{"name": "baremetal"}, {"name": "docker"}],
-        "repetitions": 4, "warmup": 1, "probes": {}})
+    study = _two_platforms(tmp_path / "loss.yaml", "loss", 150_000, repetitions=4, warmup=1)
     out = tmp_path / "out"
-    head = subprocess.Popen([*ISOBENCH, "run", str(study), "--ray", fresh_cluster.address, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    head = _head(study, fresh_cluster.address, out)
     try:
         # h2 starts a measured cell as soon as its two warm-up cells are stored: kill it then
         _wait_for(lambda: sum(i.endswith("@h2") for i in _recorded(out)) == 2, 300, "h2's warm-up")
@@ -247,8 +255,7 @@ def test_a_killed_head_loses_no_finished_cell_and_resume_finishes(cluster: Local
         "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"}],
         "repetitions": 4, "warmup": 0, "probes": {}})
     out = tmp_path / "out"
-    head = subprocess.Popen([*ISOBENCH, "run", str(study), "--ray", cluster.address, "--out", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    head = _head(study, cluster.address, out)
     try:
         _wait_for(lambda: len(_recorded(out)) >= 2, 300, "two finished cells")
         head.send_signal(signal.SIGKILL)
@@ -267,13 +274,9 @@ def test_a_killed_head_loses_no_finished_cell_and_resume_finishes(cluster: Local
 
 
 def test_an_interrupted_head_cleans_every_node_and_keeps_finished_cells(cluster: LocalCluster, tmp_path: Path) -> None:
-    study = write_study(tmp_path / "stop.yaml", {
-        "name": "stop", "workloads": [_spin(150_000)],
-        "platforms": [{"name": "baremetal"}, {"name": "docker"}],
-        "repetitions": 6, "warmup": 0, "probes": {}})
+    study = _two_platforms(tmp_path / "stop.yaml", "stop", 150_000, repetitions=6, warmup=0)
     out = tmp_path / "out"
-    head = subprocess.Popen([*ISOBENCH, "run", str(study), "--ray", cluster.address, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    head = _head(study, cluster.address, out)
     try:
         _wait_for(lambda: len(_recorded(out)) >= 2, 300, "two finished cells")
         time.sleep(0.5)  # every node is mid-cell now
@@ -299,10 +302,7 @@ def test_a_node_without_a_capability_is_never_given_cells_that_need_it(cluster: 
     try:
         doctor = run_cli("doctor", "--ray", cluster.address, check=True).stdout
         assert "docker=false" in doctor and "4 live node(s)" in doctor
-        spread = write_study(tmp_path / "spread.yaml", {
-            "name": "nodocker", "workloads": [_spin(5_000)],
-            "platforms": [{"name": "baremetal"}, {"name": "docker"}],
-            "repetitions": 4, "warmup": 0, "probes": {}})
+        spread = _two_platforms(tmp_path / "spread.yaml", "nodocker", 5_000, repetitions=4, warmup=0)
         out = tmp_path / "spread"
         assert run_cli("run", str(spread), "--ray", cluster.address, "--out", str(out)).returncode == 0
         rows = _rows(out)
