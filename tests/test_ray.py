@@ -172,6 +172,22 @@ def test_each_mode_runs_the_whole_plan_on_every_selected_host(cluster: LocalClus
     assert set(meta) == {"h0", "h2"} and meta["h0"]["labels"]["rack"] == "a"
 
 
+def test_adaptive_repetitions_add_a_round_per_host_until_the_budget(cluster: LocalCluster, tmp_path: Path) -> None:
+    study = write_study(tmp_path / "auto.yaml", {
+        "name": "auto", "workloads": [_spin(2_000)],
+        "platforms": [{"name": "baremetal"}, {"name": "docker"}], "warmup": 0, "probes": {},
+        "repetitions": "auto", "adaptive": {"target": 0.0001, "min_repetitions": 2, "max_repetitions": 5}})
+    out = tmp_path / "out"
+    result = run_cli("run", str(study), "--ray", cluster.address, "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = _rows(out)
+    assert sorted({r["rep"] for r in rows}) == [0, 1, 2, 3, 4] and len(rows) == 10  # 2 planned + 3 (one per host)
+    _assert_one_unit_per_host_at_a_time(rows)
+    meta = json.loads(sqlite3.connect(out / "isobench.sqlite").execute(
+        "SELECT value FROM meta WHERE key = 'adaptive'").fetchone()[0])
+    assert meta["stopped"] and "budget of 5 repetitions" in meta["reason"]
+
+
 def test_bad_cluster_input_is_refused_before_anything_is_written(cluster: LocalCluster, tmp_path: Path) -> None:
     study = {"name": "nobody", "workloads": [_spin(1_000)], "platforms": [{"name": "baremetal"}],
              "repetitions": 1, "warmup": 0, "probes": {}, "hosts": {"labels": {"rack": "z"}}}

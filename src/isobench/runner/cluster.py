@@ -432,18 +432,17 @@ def select_nodes(agents: list[tuple[dict[str, Any], Any]], described: list[dict[
 
 
 def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None, resume: bool,
-                     console: Console, address: str,
-                     on_unit_done: Callable[[list[CellOutcome]], None] | None = None) -> Path:
+                     console: Console, address: str) -> Path:
     from isobench.fingerprint import host_fingerprint
     from isobench.runner.study import open_store
     from isobench.store import Store
 
     study, study_text, file, out, store = open_store(study_text, file, out, resume)
-    if study.repetitions == "auto":
-        raise UserError("repetitions: auto is not supported on a Ray cluster yet", file=file, field="repetitions",
-                        fix="give a number of repetitions, or run the study locally")
     hosts = study.hosts
     mode = hosts.mode if hosts else "spread"
+    if study.repetitions == "auto" and mode == "each":
+        raise UserError("repetitions: auto on a cluster needs hosts.mode spread", file=file, field="hosts.mode",
+                        fix="use mode spread, or give a number of repetitions")
     slots = hosts.cells_per_node if hosts else 1
     ray = connect(address)
     agents: list[tuple[dict[str, Any], Any]] = []
@@ -466,7 +465,6 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
                 raise UserError(f"{entry.name} cannot run on any selected node ({why})", file=file,
                                 field=f"platforms[{index}]", fix="see `isobench doctor --ray ADDRESS`, or drop it")
 
-        plan = expand(study)
         if store is None:
             fingerprint = host_fingerprint()
             fingerprint["cluster"] = {"address": address, "mode": mode}
@@ -476,6 +474,8 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
             known[node.host] = {"labels": class_labels(node.info["labels"]), "fingerprint": node.info["fingerprint"],
                                 "node_id": node.info["node_id"]}
         store.set_meta("hosts", json.dumps(known, sort_keys=True, default=str))
+        plan, more_rounds = (_adaptive_plan(study, store, nodes, console) if study.repetitions == "auto"
+                             else (expand(study), None))
         done = store.finished_ids()
         scheduler = Scheduler(nodes, plan, done, mode)
         total = sum(len(u) for n in nodes for u in n.queue) + sum(len(u) for u, _ in scheduler.unrunnable) \
@@ -484,7 +484,7 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
         console.print(f"study [bold]{study.name}[/] on {len(nodes)} host(s) "
                       f"({', '.join(n.host for n in nodes)}), mode {mode}: about {total} cells "
                       f"({len(done)} already done) -> {out}")
-        failures = _drive(ray, scheduler, nodes, slots, store, out, console, total, len(done), on_unit_done)
+        failures = _drive(ray, scheduler, nodes, slots, store, out, console, total, len(done), more_rounds)
         interrupted = False
     except KeyboardInterrupt:
         console.print(f"\n[yellow]interrupted[/]: finished cells are saved; continue with "
@@ -505,10 +505,50 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
     return out
 
 
+Rounds = list[list[list[Cell]]]  # rounds of units of cells
+
+
+def _adaptive_plan(study: Any, store: Any, nodes: list[Node], console: Console
+                   ) -> tuple[list[Cell], Callable[[], Rounds]]:
+    """`repetitions: auto` on a cluster: the planned rounds, and a function that decides, once
+    they are all back, whether to add more: one round per live host at a time."""
+    from isobench.runner.adaptive import _round, decide, finished_rounds
+    from isobench.runner.tenancy import tenant_batches
+
+    settings = study.adaptive
+    state = {"rounds": max(study.initial_repetitions, finished_rounds(store)),
+             "previous": json.loads(store.meta("adaptive") or "null")}
+    plan = expand(study)
+    previous = state["previous"]
+    if previous and previous.get("active") and state["rounds"] > study.initial_repetitions:
+        # resumed after adaptive rounds began: finish the last one's groups
+        plan += _round(expand(study, state["rounds"]), state["rounds"] - 1, set(previous["active"]))
+
+    def more() -> Rounds:
+        decision = decide(store, study, state["rounds"], state["previous"])
+        state["previous"] = decision.as_meta(settings.target, settings.metric) | {
+            "active": sorted(decision.active_groups)}
+        store.set_meta("adaptive", json.dumps(state["previous"]))
+        if decision.stop:
+            console.print(f"adaptive repetitions: stopped after {state['rounds']} round(s): {decision.reason}")
+            return []
+        added: Rounds = []
+        for _ in range(max(1, sum(n.alive for n in nodes))):
+            if state["rounds"] >= settings.max_repetitions:
+                break
+            state["rounds"] += 1
+            cells = _round(expand(study, state["rounds"]), state["rounds"] - 1, decision.active_groups)
+            added.append(list(tenant_batches(cells)))
+        console.print(f"adaptive repetitions: rounds up to {state['rounds']}: {decision.reason}")
+        return added
+
+    return plan, more
+
+
 def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store: Any, out: Path,
-           console: Console, total: int, already: int,
-           on_unit_done: Callable[[list[CellOutcome]], None] | None) -> int:
-    """Keep every live node busy with one unit (``slots`` with co-location) and store results."""
+           console: Console, total: int, already: int, more_rounds: Callable[[], Rounds] | None) -> int:
+    """Keep every live node busy with one unit (``slots`` with co-location) and store results;
+    with ``more_rounds`` (adaptive repetitions), ask for more rounds whenever all are back."""
     from isobench.runner.study import sigterm_as_interrupt
 
     failures = 0
@@ -525,8 +565,6 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
                 failures += 1
                 progress.console.print(f"[red]{outcome.status}[/] {outcome.cell.cell_id}: {outcome.error}")
             progress.advance(task)
-        if on_unit_done is not None:
-            on_unit_done(outcomes)
 
     with sigterm_as_interrupt(), progress:
         task = progress.add_task("running", total=total, completed=already)
@@ -544,7 +582,12 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
                     by_ref[ref] = node
                     progress.update(task, description=f"{node.host}: {unit[0].workload_key} on {unit[0].platform_key}")
             if not by_ref:
-                break
+                extra = more_rounds() if more_rounds is not None else []
+                if not extra:
+                    break
+                scheduler.rounds.extend(extra)
+                progress.update(task, total=(progress.tasks[0].total or 0) + sum(len(u) for r in extra for u in r))
+                continue
             ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=5.0)
             for ref in ready:
                 node = by_ref.pop(ref)
