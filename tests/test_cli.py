@@ -63,7 +63,7 @@ def test_export_formats(finished_study: Path, fmt: str) -> None:
     result = run_cli("export", str(finished_study), "--format", fmt)
     assert result.returncode == 0, result.stderr
     target = finished_study / f"export.{fmt}"
-    fields = {"study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status"}
+    fields = {"study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status", "host"}
     if fmt == "jsonl":
         rows = json_lines(target.read_text())
     elif fmt == "csv":

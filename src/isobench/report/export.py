@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from isobench.analysis.compare import host_of
 from isobench.store import Store
 
-FIELDS = ("study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status")
+FIELDS = ("study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status", "host")
 
 
 def records(store: Store) -> list[dict[str, Any]]:
@@ -21,13 +22,14 @@ def records(store: Store) -> list[dict[str, Any]]:
         rows.append({"study": study, "cell_id": row["cell_id"], "workload": row["workload_key"],
                      "platform": row["display"], "knobs": json.loads(row["knobs"]), "rep": row["rep"],
                      "metric": row["metric"], "value": row["value"], "unit": row["unit"],
-                     "status": row["status"]})
+                     "status": row["status"], "host": host_of(row["platform_info"])})
     # Cells that produced no metrics still appear, so failures are not silently dropped.
     for cell in store.cells():
         if cell["status"] != "ok":
             rows.append({"study": study, "cell_id": cell["cell_id"], "workload": cell["workload_key"],
                          "platform": cell["display"], "knobs": cell["knobs"], "rep": cell["rep"],
-                         "metric": "cell.wall", "value": cell["wall_s"], "unit": "s", "status": cell["status"]})
+                         "metric": "cell.wall", "value": cell["wall_s"], "unit": "s", "status": cell["status"],
+                         "host": host_of(cell.get("platform_info"))})
     return rows
 
 
