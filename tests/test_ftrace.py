@@ -320,3 +320,25 @@ def test_overlapping_cells_restore_dirty_background_only_when_the_last_leaves() 
     finally:
         first.restore()
         second.restore()
+
+
+def test_tenants_starting_together_mount_tracefs_once(tmp_path: Path) -> None:
+    """Four tenants' probes ask for tracefs at once where it is not mounted: all get it.
+    Runs in a private mount namespace, so the host's tracefs mount is never touched."""
+    need_root()
+    if shutil.which("unshare") is None:
+        pytest.skip("host lacks unshare (util-linux)")
+    script = (
+        "import subprocess, threading\n"
+        "subprocess.run(['umount', '/sys/kernel/tracing'], check=False)\n"
+        "from isobench.probes.tracefs import tracefs_problem\n"
+        "results = []\n"
+        "threads = [threading.Thread(target=lambda: results.append(tracefs_problem())) for _ in range(4)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "print(results)\n"
+        "print(sum(line.split()[1] == '/sys/kernel/tracing' for line in open('/proc/self/mounts')))\n")
+    out = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", script],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    results, mounts = out.stdout.splitlines()[-2:]
+    assert results == "[None, None, None, None]" and mounts == "1", out.stdout

@@ -13,6 +13,7 @@ its pid is in ``set_event_notrace_pid``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -32,6 +33,7 @@ SHM = Path("/dev/shm")
 PREFIX = "isobench-"
 VM = Path("/proc/sys/vm")
 _sequence = itertools.count()
+_mount_lock = threading.Lock()
 
 
 def tracefs_problem() -> str | None:
@@ -41,9 +43,15 @@ def tracefs_problem() -> str | None:
     if not (TRACEFS / "instances").is_dir():
         if not (TRACEFS.is_dir() and "tracefs" in Path("/proc/filesystems").read_text()):
             return "the kernel has no tracefs"
-        mounted = subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True, text=True)
-        if mounted.returncode != 0 or not (TRACEFS / "instances").is_dir():
-            return f"cannot mount tracefs at {TRACEFS}: {mounted.stderr.strip()}"
+        # tenants starting together (threads, or other runners) must not race to mount it
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        with _mount_lock, (STATE_DIR / "mount.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (TRACEFS / "instances").is_dir():
+                mounted = subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
+                                         capture_output=True, text=True)
+                if mounted.returncode != 0 or not (TRACEFS / "instances").is_dir():
+                    return f"cannot mount tracefs at {TRACEFS}: {mounted.stderr.strip()}"
     if shutil.which("setpriv") is None or shutil.which("cat") is None:
         return "needs setpriv and cat (util-linux, coreutils) for the trace reader"
     return None
