@@ -147,6 +147,17 @@ def test_nvmsim_replays_a_captured_trace(writer_study: Path, tmp_path: Path) -> 
     replayed = json.loads(run_cli("nvmsim", str(csv), "--capacity", "256", "--json", check=True).stdout)
     assert replayed["write_backs"] == fsync["write_backs"]
     assert replayed["improvement"] == pytest.approx(fsync["improvement"])
+    # a sweep over a study: one row per capacity, one value per cell, the file's own sweep among them
+    swept = run_cli("nvmsim", str(writer_study), "--sweep", "12", "--json", check=True)
+    rows = json.loads(swept.stdout[swept.stdout.index("{"):])["sweep"]
+    index = list(cells).index(fsync["cell"])
+    own = json.loads(run_cli("nvmsim", str(csv), "--sweep", "12", "--json", check=True).stdout)["sweep"]
+    by_capacity = {row["capacity"]: row["improvement"] for row in own}
+    shared = [row for row in rows if row["capacity"] in by_capacity]
+    assert len(rows) >= 6 and shared
+    assert all(row["improvement"][index] == pytest.approx(by_capacity[row["capacity"]]) for row in shared)
+    refused = run_cli("nvmsim", str(writer_study), "--plot", str(tmp_path / "p.svg"))
+    assert refused.returncode == 2 and "--export-csv" in refused.stderr
 
 
 def test_parser_matches_the_regex_reference_on_a_real_trace() -> None:

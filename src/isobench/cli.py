@@ -417,8 +417,12 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
     if len(traces) == 1 and traces[0].is_dir():
         from isobench.nvmsim.study_cli import nvmsim_study
 
+        for flag, given in (("--plot", plot), ("--characterise", characterise)):
+            if given:
+                raise UserError(f"{flag} works on trace files, not on a study directory", field=flag,
+                                fix=f"write the cells' traces with --export-csv DIR, then run nvmsim {flag} on one")
         nvmsim_study(traces[0], cell, export_csv, capacity, policy, nvm, slow, high_watermark, low_watermark,
-                     as_json, console)
+                     as_json, console, sweep=sweep)
         return
     from isobench.nvmsim.study_cli import sim_config_from_options
 

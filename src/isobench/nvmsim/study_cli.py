@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -35,7 +37,7 @@ def sim_config_from_options(capacity: str, policy: str, nvm: str, slow: str, hig
 
 def nvmsim_study(directory: Path, cell: str | None, export_csv: Path | None, capacity: str, policy: str,
                  nvm: str, slow: str, high_watermark: float, low_watermark: float, as_json: bool,
-                 console: Console) -> None:
+                 console: Console, sweep: int = 0) -> None:
     from isobench.nvmsim.devices import device
     from isobench.nvmsim.from_store import cell_traces
     from isobench.nvmsim.from_store import export_csv as write_csv
@@ -58,8 +60,10 @@ def nvmsim_study(directory: Path, cell: str | None, export_csv: Path | None, cap
         result = compare(item.trace, config, device(nvm), device(slow))
         results.append({"cell": item.cell_id, "workload": item.workload, "platform": item.platform, **result})
     average = sum(r["improvement"] for r in results) / len(results)
+    sweeps = _sweeps(traces, sweep, nvm, slow) if sweep else None
     if as_json:
-        sys.stdout.write(json.dumps({"cells": results, "average_improvement": average}, indent=1) + "\n")
+        sys.stdout.write(json.dumps({"cells": results, "average_improvement": average,
+                                     **({"sweep": sweeps} if sweeps else {})}, indent=1) + "\n")
         return
     table = Table(title=f"NVM flush layer: {nvm} ({config.capacity} pages, {policy}) in front of {slow}")
     for column in ("cell", "workload", "platform", "page write-backs", "pages", "baseline mean", "with NVM mean",
@@ -72,3 +76,27 @@ def nvmsim_study(directory: Path, cell: str | None, export_csv: Path | None, cap
     console.print(table)
     console.print(f"average I/O latency improvement over {len(results)} cell(s): {average:.1%} "
                   f"(Park & Bahn report 77–90%, 82% on average)")
+    if sweeps:
+        sweep_table = Table(title=f"LRU capacity sweep: I/O latency improvement by NVM size ({nvm} in front of {slow})")
+        sweep_table.add_column("capacity", justify="right")
+        for item in traces:
+            sweep_table.add_column(item.cell_id, justify="right")
+        sweep_table.add_column("average", justify="right")
+        for row in sweeps:
+            values = row["improvement"]
+            sweep_table.add_row(f"{row['capacity'] * 4096 / 2**20:,.2f} MiB",
+                                *(f"{v:.1%}" for v in values), f"{sum(values) / len(values):.1%}")
+        console.print(sweep_table)
+
+
+def _sweeps(traces: list[Any], count: int, nvm: str, slow: str) -> list[dict[str, Any]]:
+    """One LRU sweep per cell over capacities shared by all cells (log-spaced up to the largest
+    trace's pages), so the cells line up row by row: [{capacity, improvement: [per cell]}]."""
+    from isobench.nvmsim.devices import device
+    from isobench.nvmsim.run import capacity_sweep
+
+    top = max(max(item.trace.n_pages for item in traces), 2)
+    capacities = sorted({int(c) for c in np.unique(np.geomspace(1, top, count).round())})
+    per_cell = [capacity_sweep(item.trace, capacities, device(nvm), device(slow)) for item in traces]
+    return [{"capacity": capacity, "improvement": [rows[k]["improvement"] for rows in per_cell]}
+            for k, capacity in enumerate(capacities)]
