@@ -114,6 +114,14 @@ def test_tables_hints_and_warnings_from_known_values(known: Path) -> None:
     faults = views["tab-fault-sources-lenet-train-docker"]
     assert isinstance(faults, Table) and faults.rows[0][2].endswith("libtorch_cpu.so")
     assert views["fig-writeback-heat"].kind == "heatmap"  # type: ignore[union-attr]
+    # Fig. 6 from the cells' own traces: 30 pages written once, then 3 of them 30 times more
+    nvm = views["tab-nvm"]
+    assert isinstance(nvm, Table) and nvm.rows
+    assert all(row[3:7] == ["60", "30", "50.0%", "100.0%"] for row in nvm.rows)  # everything fits in 16 MiB
+    sweep = views["fig-nvm-sweep"]
+    assert isinstance(sweep, Figure) and sweep.kind == "lines"
+    gains = sweep.data["series"][0]["values"]
+    assert gains == sorted(gains) and gains[0] < 50 < gains[-1]  # one page holds little; 30 pages hold all
     events = views["tab-events-lenet-train"]
     assert isinstance(events, Table)  # five entries: one row per entry and scope, the events across
     cycles = events.columns.index("cycles")

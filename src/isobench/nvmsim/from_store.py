@@ -30,8 +30,11 @@ class CellTrace:
 
 def pages_from_series(table: Any) -> dict[str, np.ndarray]:
     """Expand the probe's folio rows into one row per page, in time order."""
-    data = {name: table.column(name).to_numpy() for name in ("time_s", "dev", "ino", "index", "pages", "reason",
-                                                              "tgid")}
+    n = table.num_rows
+    # a trace from elsewhere may lack the folio size (one page), device or process (one each)
+    defaults = {"dev": 0, "pages": 1, "reason": -1, "tgid": 0}
+    data = {name: table.column(name).to_numpy() if name in table.column_names else np.full(n, defaults[name])
+            for name in ("time_s", "dev", "ino", "index", "pages", "reason", "tgid")}
     pages = np.maximum(data["pages"].astype(np.int64), 1)
     row = np.repeat(np.arange(len(pages)), pages)
     within = np.arange(len(row)) - np.repeat(np.cumsum(pages) - pages, pages)

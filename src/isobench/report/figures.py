@@ -131,6 +131,23 @@ def bars(data: dict[str, Any], colours: dict[str, str]) -> Any:
     return fig
 
 
+def lines(data: dict[str, Any], colours: dict[str, str]) -> Any:
+    """One line per series over a shared x (e.g. an NVM capacity sweep); platforms keep their colour,
+    and a marker and dash style per series tell same-platform lines apart."""
+    fig, ax = plt.subplots(figsize=(WIDTH_IN * 0.8, 3.4))
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
+    for i, line in enumerate(data["series"]):
+        ax.plot(data["x"], line["values"], label=line["label"], color=colours.get(line.get("key", "")),
+                linestyle=styles[i % len(styles)], marker=markers[i % len(markers)], markersize=3)
+    if data.get("logx"):
+        ax.set_xscale("log")
+    ax.set_xlabel(data["xlabel"])
+    ax.set_ylabel(data["ylabel"])
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
+
+
 def heatmap(data: dict[str, Any], colours: dict[str, str]) -> Any:
     panels = data["panels"]
     cols = min(2, len(panels))
@@ -166,4 +183,4 @@ def violins(data: dict[str, Any], colours: dict[str, str]) -> Any:
     return fig
 
 
-RENDERERS = {"stacked": stacked, "forest": forest, "bars": bars, "heatmap": heatmap, "violins": violins}
+RENDERERS = {"stacked": stacked, "forest": forest, "bars": bars, "heatmap": heatmap, "violins": violins, "lines": lines}
