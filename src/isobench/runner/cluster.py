@@ -299,7 +299,9 @@ class Node:
 
     @property
     def kind(self) -> dict[str, str]:
-        return class_labels(self.info["labels"]) | {"host": ""}
+        """What a node alike must share: its class labels. Docker and KVM are left to ``can_run``
+        (the KVM label may be stale or untested on a node that is otherwise the same)."""
+        return {k: v for k, v in class_labels(self.info["labels"]).items() if k not in ("host", "docker", "kvm")}
 
     def can_run(self, unit: list[Cell]) -> bool:
         cell = unit[0]
