@@ -25,22 +25,23 @@ def _someone_elses_live(name: str) -> bool:
     return tag != _held_lock.get("tag") and not tag_is_stale(tag)
 
 
-def containers() -> list[str]:
+def containers(others_live: bool = True) -> list[str]:
+    """Isobench's containers; without those of another live runner when ``others_live`` is False."""
     out = subprocess.run(["docker", "ps", "-a", "--filter", "label=isobench.runner", "--format", "{{.Names}}"],
                          capture_output=True, text=True)
-    return [name for name in out.stdout.split() if not _someone_elses_live(name)]
+    return [name for name in out.stdout.split() if others_live or not _someone_elses_live(name)]
 
 
-def oci_state() -> list[str]:
+def oci_state(others_live: bool = True) -> list[str]:
     found = []
     root = Path("/run/isobench/oci")
     for sub in ("runc", "crun", "runsc", "bundles"):
         if (root / sub).is_dir():
-            found += [f"{sub}/{p.name}" for p in (root / sub).iterdir() if not _someone_elses_live(p.name)]
+            found += [f"{sub}/{p.name}" for p in (root / sub).iterdir() if others_live or not _someone_elses_live(p.name)]
     return found
 
 
-def cgroups() -> list[str]:
+def cgroups(others_live: bool = True) -> list[str]:
     layout = cgroup_layout()
     roots = [Path("/sys/fs/cgroup") / c for c in layout["v1_controllers"]]
     if layout["cgroup2_mount"]:
@@ -48,7 +49,7 @@ def cgroups() -> list[str]:
     found = []
     for root in roots:
         for directory in sorted((root / "isobench").rglob("*")) if (root / "isobench").exists() else []:
-            if directory.is_dir() and not _someone_elses_live(str(directory.relative_to(root))):
+            if directory.is_dir() and (others_live or not _someone_elses_live(str(directory.relative_to(root)))):
                 procs = (directory / "cgroup.procs").read_text().split()
                 found.append(f"{directory} procs={procs}")
         parent = root / "isobench"
@@ -58,4 +59,6 @@ def cgroups() -> list[str]:
 
 
 def all_leftovers() -> dict[str, list[str]]:
-    return {k: v for k, v in {"containers": containers(), "oci": oci_state(), "cgroups": cgroups()}.items() if v}
+    """What exited runners (and this process) left: another live runner's cells are its own business."""
+    found = {"containers": containers(False), "oci": oci_state(False), "cgroups": cgroups(False)}
+    return {k: v for k, v in found.items() if v}

@@ -88,8 +88,7 @@ def _assert_one_unit_per_host_at_a_time(rows: list[dict[str, Any]]) -> None:
 
 
 def _assert_clean() -> None:
-    assert leftovers.containers() == []
-    assert leftovers.cgroups() == []
+    assert leftovers.all_leftovers() == {}
 
 
 def test_cells_spread_over_every_node_one_at_a_time_with_same_host_ratios(cluster: LocalCluster,
@@ -336,4 +335,40 @@ def test_a_node_without_a_capability_is_never_given_cells_that_need_it(cluster: 
         assert all(r["status"] == "ok" for i, r in by_id.items() if not (i.endswith("@h3") and r["platform_key"] == "docker"))
     finally:
         cluster.cluster.remove_node(node)
+    _assert_clean()
+
+
+def test_cells_of_a_lost_node_with_no_node_alike_are_recorded_lost_and_resumed_later(
+        cluster: LocalCluster, tmp_path: Path) -> None:
+    # the only node of rack b: when it goes, no node alike is left to take its cells
+    lone = cluster.cluster.add_node(num_cpus=1, labels={"isobench-host": "hb", "rack": "b"})
+    study = write_study(tmp_path / "rackb.yaml", {
+        "name": "rackb", "workloads": [_spin(150_000)], "platforms": [{"name": "baremetal"}],
+        "repetitions": 3, "warmup": 0, "probes": {}, "hosts": {"labels": {"rack": "b"}}})
+    out = tmp_path / "out"
+    head = _head(study, cluster.address, out)
+    try:
+        _wait_for(lambda: len(_recorded(out)) >= 1, 300, "a first cell on rack b")
+        time.sleep(0.3)
+        cluster.cluster.remove_node(lone, allow_graceful=False)
+        output, _ = head.communicate(timeout=300)
+    finally:
+        if head.poll() is None:
+            head.kill()
+    rows = _rows(out)
+    assert len(rows) == 3, output
+    lost = [r for r in rows if r["status"] == "lost"]
+    assert lost and all("no live node" in r["error"] for r in lost)
+    assert any("no live node has its labels" in r["error"] and "'rack': 'b'" in r["error"] for r in lost)
+    assert "were lost" in output
+    # rack b is back (another machine alike): a resumed run gives the lost cells their run
+    back = cluster.cluster.add_node(num_cpus=1, labels={"isobench-host": "hb2", "rack": "b"})
+    try:
+        result = run_cli("run", "--resume", "--out", str(out), "--ray", cluster.address)
+        assert result.returncode == 0, result.stdout + result.stderr
+    finally:
+        cluster.cluster.remove_node(back)
+    rows = _rows(out)
+    assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
+    assert {r["info"]["host_key"] for r in rows if r["cell_id"] in {x["cell_id"] for x in lost}} == {"hb2"}
     _assert_clean()

@@ -269,18 +269,35 @@ def start_agents(ray: Any, only: set[str] | None = None) -> list[tuple[dict[str,
     return agents
 
 
+def gather(ray: Any, refs: list[Any], timeout: float) -> list[Any]:
+    """Each call's result, or the exception it ended with: a node that died a moment ago may still
+    be listed alive (Ray notices missed heartbeats only after a while), and its agent never answers."""
+    results: list[Any] = []
+    deadline = time.monotonic() + timeout
+    for ref in refs:
+        try:
+            results.append(ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+            results.append(exc)
+    return results
+
+
 def describe_nodes(ray: Any, full: bool = False) -> list[dict[str, Any]]:
     """Every live node's description (host, labels, platforms), for `isobench doctor --ray`."""
     agents = start_agents(ray)
     try:
-        described = ray.get([actor.describe.remote(full) for _, actor in agents], timeout=600)
+        described = gather(ray, [actor.describe.remote(full) for _, actor in agents], timeout=600)
     finally:
         for _, actor in agents:
             ray.kill(actor)
+    answered = []
     for (node, _), info in zip(agents, described, strict=True):
+        if isinstance(info, Exception):  # listed alive, but gone
+            continue
         info["address"] = node.get("NodeManagerAddress", "")
         info["resources"] = node.get("Resources", {})
-    return described
+        answered.append(info)
+    return answered
 
 
 @dataclass
@@ -452,15 +469,31 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
     interrupted = True  # until the cells are done: any exit on the way kills and sweeps
     try:
         agents = start_agents(ray)
-        described = ray.get([actor.describe.remote() for _, actor in agents], timeout=600)
-        nodes = select_nodes(agents, described, hosts.labels if hosts else {}, console)
+        described = gather(ray, [actor.describe.remote() for _, actor in agents], timeout=600)
+        for (node, _), info in zip(agents, described, strict=True):
+            if isinstance(info, Exception):
+                console.print(f"[yellow]node {node['NodeID'][:8]} does not answer, left out[/]: "
+                              f"{type(info).__name__}")
+        answering = [(a, d) for a, d in zip(agents, described, strict=True) if not isinstance(d, Exception)]
+        nodes = select_nodes([a for a, _ in answering], [d for _, d in answering],
+                             hosts.labels if hosts else {}, console)
         if not nodes:
             raise UserError(f"no live node of the cluster at {address} matches hosts.labels "
                             f"{hosts.labels if hosts else {}}", file=file, field="hosts.labels",
                             fix="see the nodes' labels with `isobench doctor --ray ADDRESS`")
-        usable = ray.get([n.actor.prepare.remote(study_text, file) for n in nodes], timeout=1800)
+        usable = gather(ray, [n.actor.prepare.remote(study_text, file) for n in nodes], timeout=1800)
         for node, reasons in zip(nodes, usable, strict=True):
+            if isinstance(reasons, ray.exceptions.RayTaskError):
+                raise reasons  # a bug in the agent: say so rather than hide the node
+            if isinstance(reasons, Exception):
+                node.alive = False
+                console.print(f"[yellow]node of host {node.host} was lost while preparing, left out[/]")
+                continue
             node.usable = reasons
+        nodes = [n for n in nodes if n.alive]
+        if not nodes:
+            raise UserError(f"every selected node of the cluster at {address} was lost while preparing",
+                            field="--ray", fix="check the cluster (`isobench doctor --ray ADDRESS`) and resume")
         for index, entry in enumerate(study.platforms):
             if not any(n.usable.get(entry.key) == "" for n in nodes):
                 why = "; ".join(f"{n.host}: {n.usable.get(entry.key)}" for n in nodes)
@@ -626,7 +659,9 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
                         info.update(reruns=outcome.cell.extra["reruns"], lost_on=outcome.cell.extra.get("lost_on"))
                 record(result["outcomes"], result["display"])
         for unit in scheduler.stranded_rounds():
-            record([_lost_outcome(c, "no live node can run it") for c in unit], unit[0].platform_key)
+            gone = ", ".join(n.host for n in nodes if not n.alive)
+            record([_lost_outcome(c, "no live node of the study can run it" + (f" (lost: {gone})" if gone else ""))
+                    for c in unit], unit[0].platform_key)
     return failures
 
 
