@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -25,25 +26,31 @@ def _cells(platforms: list[dict], workload: dict, **study: object) -> list:
     return expand(load_study_text(json.dumps(raw), "placement.yaml"))
 
 
-def test_quota_sweep_gives_times_inversely_proportional_to_the_quota() -> None:
+def test_quota_sweep_delivers_the_quota_and_slows_the_cell_in_proportion() -> None:
     need_root()
-    # About 1 s of CPU per cell, single-threaded, so the CFS period (100 ms) a cell starts or ends
-    # inside is a few percent of even the fastest cell. Quotas up to one core: on a quiet host
-    # (as CI is) one thread gets a whole core, so the quota alone sets the pace. Very low quotas
-    # are avoided on purpose: at 0.05 core CFS hands out one 5 ms slice a period and the
-    # accounting itself costs a visible share.
+    # About 2 s of CPU per cell, single-threaded. What isobench controls is the share of CPU the
+    # cell gets: its cgroup's usage per CFS period must be the quota. How fast the work runs in
+    # that share is the host's business: on the 2-core CI VM a thread throttled to 0.25 core did
+    # 25-40% less work per CPU-second than an unthrottled one (idle-wake cost of the halted vCPU),
+    # so time x quota is not asserted: benchmarks/bench_quota_linearity.py prints it.
     spin = {"name": "cpu-spin", "params": {"iterations": 10, "work": 2_000_000}}
-    cells = _cells([{"name": "baremetal", "knobs": {"cpus": [0.25, 0.5, 1.0]}}], spin)
-    total = {}
+    cells = _cells([{"name": "baremetal", "knobs": {"cpus": [0.25, 0.5, 1.0]}}], spin,
+                   probes={"cgroup": {}})
+    per_item: dict[float, float] = {}
     for cell in cells:
         outcome = run_cell(cell, platform_for(cell))
         assert outcome.status == "ok", outcome.error
-        assert outcome.hello["inside"]["cpu_limit"] == pytest.approx(cell.knobs["cpus"])
-        total[cell.knobs["cpus"]] = sum(i["e2e"] for i in outcome.items)
-    # time × quota is the CPU time the work needs: the same at every quota, within a few percent.
-    cpu_time = {q: t * q for q, t in total.items()}
-    for quota in (0.25, 0.5):
-        assert cpu_time[quota] / cpu_time[1.0] == pytest.approx(1.0, abs=0.06), total
+        quota = cell.knobs["cpus"]
+        assert outcome.hello["inside"]["cpu_limit"] == pytest.approx(quota)
+        per_item[quota] = statistics.median(i["e2e"] for i in outcome.items)
+        if quota < 1:
+            metrics = {name: value for name, value, _ in outcome.probes.metrics}
+            periods, usage = metrics["probe.cgroup.nr_periods"], metrics["probe.cgroup.cpu_usage_s"]
+            assert metrics["probe.cgroup.nr_throttled"] >= 0.8 * periods  # CPU-bound: throttled nearly always
+            assert usage / (periods * 0.1) == pytest.approx(quota, rel=0.1), (usage, periods)
+    # a quarter of a core takes far longer than a whole one (4x at equal speed; the margin allows
+    # for a 1-core cell slowed by a noisy moment: the VM's per-CPU speed wandered by up to 1.7x)
+    assert per_item[0.25] > 2 * per_item[1.0], per_item
 
 
 def _sample_cpus(pid_of, stop: threading.Event, seen: set[int], allowed: set[str]) -> None:
