@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,16 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 900,
     if check and out.returncode != 0:
         raise AssertionError(f"isobench {' '.join(args)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
     return out
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, every: float = 0.05) -> None:
+    """Poll ``predicate`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def need_root() -> None:

@@ -18,14 +18,7 @@ from pydantic import ValidationError
 from isobench.workloads import WORKLOADS
 from isobench.workloads.training import TRAIN_PHASES
 from tests.conftest import json_lines, run_cli, write_study
-
-
-def _prepared(name: str, params: dict, root: Path) -> Path:
-    workload = WORKLOADS.get(name)
-    parsed = workload.Params(**params)
-    target = root / workload.data_key(parsed)
-    workload.prepare_data(parsed, target)
-    return target
+from tests.test_workloads_local import _prepared
 
 
 def _watched_run(name: str, params: dict, data_dir: Path, scratch: Path) -> tuple[int, list[dict], dict[str, int]]:

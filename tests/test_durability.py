@@ -13,7 +13,7 @@ import pytest
 
 from isobench.plan import expand
 from isobench.study.loader import load_study
-from tests.conftest import need_docker, need_root, need_tool, run_cli, write_study
+from tests.conftest import need_docker, need_root, need_tool, run_cli, wait_for, write_study
 from tests.leftovers import all_leftovers, containers, oci_state
 
 
@@ -34,15 +34,6 @@ def _start(study: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_kill_9_then_resume_has_no_gaps_and_no_duplicates(tmp_path: Path) -> None:
     need_tool("runc")
     study = write_study(tmp_path / "crash.yaml", {
@@ -57,7 +48,7 @@ def test_kill_9_then_resume_has_no_gaps_and_no_duplicates(tmp_path: Path) -> Non
     # Kill the runner twice, at different moments, before letting it finish.
     for kills, threshold in enumerate((3, 9)):
         runner = _start(study, out, *(["--resume"] if kills else []))
-        _wait_for(lambda t=threshold: len(_finished(db)) >= t, 120, f"{threshold} finished cells")
+        wait_for(lambda t=threshold: len(_finished(db)) >= t, 120, f"{threshold} finished cells")
         time.sleep(0.07 * kills)  # land the kill at a different point of the next cell
         runner.send_signal(signal.SIGKILL)
         runner.wait()
@@ -115,7 +106,7 @@ def test_interrupt_during_a_cell_leaves_nothing(platform: str, how: int, tmp_pat
             return any(not s.startswith("bundles/") for s in oci_state())
         return any(Path(p, "isobench").exists() for p in ["/sys/fs/cgroup/cpu"])
 
-    _wait_for(cell_running, 60, "the cell to start")
+    wait_for(cell_running, 60, "the cell to start")
     time.sleep(1.0)
     runner.send_signal(how)
     code = runner.wait(timeout=60)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests import leftovers
-from tests.conftest import ISOBENCH, need_docker, run_cli, write_study
+from tests.conftest import ISOBENCH, need_docker, run_cli, wait_for, write_study
 
 pytestmark = pytest.mark.slow
 HOSTS = ("h0", "h1", "h2")
@@ -208,15 +208,6 @@ def test_doctor_shows_each_nodes_capabilities(cluster: LocalCluster) -> None:
     assert "docker/runc" in result.stdout and "rack=a" in result.stdout
 
 
-def _wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _head(study: Path, address: str, out: Path) -> subprocess.Popen[str]:
     """`isobench run --ray` in the background, as a user's terminal would run it."""
     return subprocess.Popen([*ISOBENCH, "run", str(study), "--ray", address, "--out", str(out)],
@@ -246,7 +237,7 @@ def test_a_node_lost_mid_cell_has_its_cells_rerun_and_every_cell_recorded_once(f
     head = _head(study, fresh_cluster.address, out)
     try:
         # h2 starts a measured cell as soon as its two warm-up cells are stored: kill it then
-        _wait_for(lambda: sum(i.endswith("@h2") for i in _recorded(out)) == 2, 300, "h2's warm-up")
+        wait_for(lambda: sum(i.endswith("@h2") for i in _recorded(out)) == 2, 300, "h2's warm-up")
         fresh_cluster.kill("h2")  # its first measured cell (~1 s of CPU) is running
         output, _ = head.communicate(timeout=600)
     finally:
@@ -272,7 +263,7 @@ def test_a_killed_head_loses_no_finished_cell_and_resume_finishes(cluster: Local
     out = tmp_path / "out"
     head = _head(study, cluster.address, out)
     try:
-        _wait_for(lambda: len(_recorded(out)) >= 2, 300, "two finished cells")
+        wait_for(lambda: len(_recorded(out)) >= 2, 300, "two finished cells")
         head.send_signal(signal.SIGKILL)
         head.wait(timeout=30)
     finally:
@@ -293,7 +284,7 @@ def test_an_interrupted_head_cleans_every_node_and_keeps_finished_cells(cluster:
     out = tmp_path / "out"
     head = _head(study, cluster.address, out)
     try:
-        _wait_for(lambda: len(_recorded(out)) >= 2, 300, "two finished cells")
+        wait_for(lambda: len(_recorded(out)) >= 2, 300, "two finished cells")
         time.sleep(0.5)  # every node is mid-cell now
         head.send_signal(signal.SIGTERM)
         output, _ = head.communicate(timeout=180)
@@ -348,7 +339,7 @@ def test_cells_of_a_lost_node_with_no_node_alike_are_recorded_lost_and_resumed_l
     out = tmp_path / "out"
     head = _head(study, cluster.address, out)
     try:
-        _wait_for(lambda: len(_recorded(out)) >= 1, 300, "a first cell on rack b")
+        wait_for(lambda: len(_recorded(out)) >= 1, 300, "a first cell on rack b")
         cluster.cluster.remove_node(lone, allow_graceful=False)  # its second cell (~2 s) is running
         output, _ = head.communicate(timeout=300)
     finally:
