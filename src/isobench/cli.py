@@ -9,16 +9,17 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from isobench.errors import UserError
+from isobench.report.plaintext import Markup, PlainConsole, markup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="What does this execution platform cost my deep-learning workload, and why?")
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns: give them room.
-console = Console() if sys.stdout.isatty() else Console(width=160)
-err_console = Console(stderr=True)
+# Plain consoles: a user's label or error text is never read as markup (report/plaintext.py).
+console = PlainConsole() if sys.stdout.isatty() else PlainConsole(width=160)
+err_console = PlainConsole(stderr=True)
 
 StudyArg = Annotated[Optional[str], typer.Argument(  # noqa: UP045 (typer needs Optional)
     help="study YAML file, or a built-in study name (default: the built-in default study)")]
@@ -75,7 +76,7 @@ def run(ctx: typer.Context, study: StudyArg = None,
     store = Store.open(directory)
     # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
     print_summary(store, [c for c in compare(store) if not c.emulated], console)
-    console.print(f"results: [bold]{directory}[/] (isobench summary {directory})")
+    console.print(markup("results: [bold]{}[/] (isobench summary {})", directory, directory))
 
 
 @app.command()
@@ -236,23 +237,23 @@ def doctor(ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
             if not avail.ok:
                 knob_cells.append("-")
             elif knob in avail.knobs_unavailable:
-                knob_cells.append("[red]no[/]")
+                knob_cells.append(Markup("[red]no[/]"))
             else:
-                knob_cells.append("[green]yes[/]")
+                knob_cells.append(Markup("[green]yes[/]"))
         notes = "; ".join([avail.reason, *avail.notes, *(f"{k}: {v}" for k, v in avail.knobs_unavailable.items())])
-        table.add_row(escape(platform.display()), "[green]yes[/]" if avail.ok else "[red]no[/]", notes.strip("; "),
+        table.add_row(platform.display(), Markup("[green]yes[/]" if avail.ok else "[red]no[/]"), notes.strip("; "),
                       *knob_cells)
     console.print(table)
     from isobench.platforms.vm import doctor_lines
 
     for line in doctor_lines():
-        console.print(line)
+        console.print(Markup(line))  # the KVM line is styled; its text comes from this host
     from isobench.plan.placement import host_knob_problems
 
     problems = host_knob_problems()
     for knob in ("governor", "max_freq", "power_mode", "jetson_clocks", "numa_node"):
-        state = f"[red]unavailable[/]: {problems[knob]}" if knob in problems else "[green]available[/]"
-        console.print(f"host knob {knob}: {state}")
+        state = markup("[red]unavailable[/]: {}", problems[knob]) if knob in problems else "[green]available[/]"
+        console.print(Markup(f"host knob {knob}: {state}"))
     _probe_summary()
 
 
@@ -276,9 +277,9 @@ def _doctor_cluster(address: str) -> None:
         works = [p for p, why in node["platforms"].items() if not why]
         broken = [p for p, why in node["platforms"].items() if why]
         labels = ", ".join(f"{k}={v}" for k, v in sorted(class_labels(node["labels"]).items()))
-        table.add_row(node["node_id"][:8], escape(node["host_key"]), node["address"], str(fp["cores"]),
-                      f"{fp['memory_bytes'] / 2**30:.0f} GiB", str(node["gpus"]), escape(labels),
-                      escape(", ".join(works)), escape(", ".join(broken)))
+        table.add_row(node["node_id"][:8], node["host_key"], node["address"], str(fp["cores"]),
+                      f"{fp['memory_bytes'] / 2**30:.0f} GiB", str(node["gpus"]), labels,
+                      ", ".join(works), ", ".join(broken))
     console.print(table)
     for node in nodes:  # why not, once per reason (VM variants share theirs)
         reasons: dict[str, list[str]] = {}
@@ -287,11 +288,11 @@ def _doctor_cluster(address: str) -> None:
                 reasons.setdefault(why, []).append(platform)
         for why, platforms in reasons.items():
             short = why if len(why) <= 160 else why[:157] + "..."
-            console.print(f"{escape(node['host_key'])}: {escape(', '.join(platforms))}: {escape(short)}")
+            console.print(f"{node['host_key']}: {', '.join(platforms)}: {short}")
     hosts = [n["host_key"] for n in nodes]
     if len(set(hosts)) < len(hosts):
-        console.print("[yellow]several nodes share a host[/]: a study uses one node per host, so cells do not "
-                      "measure each other; label separate hosts with `ray start --labels isobench-host=NAME`")
+        console.print(Markup("[yellow]several nodes share a host[/]: a study uses one node per host, so cells do not "
+                      "measure each other; label separate hosts with `ray start --labels isobench-host=NAME`"))
 
 
 def _probe_summary() -> None:
@@ -323,8 +324,6 @@ def platforms() -> None:
 def workloads(names: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
         help="only these workloads (default: all)")] = None) -> None:
     """List the workloads with their phases and parameters (name=default: meaning)."""
-    from rich.markup import escape
-
     from isobench.workloads import WORKLOADS
 
     unknown = [n for n in names or [] if n not in WORKLOADS]
@@ -337,11 +336,11 @@ def workloads(names: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP0
     for name, cls in WORKLOADS:
         if names and name not in names:
             continue
-        # escape: defaults and descriptions hold brackets that rich would take for markup
-        params = "\n".join(escape(f"{key}={field.get_default(call_default_factory=True)}: {field.description or ''}")
+        # defaults and descriptions hold brackets: the plain console shows them as they are
+        params = "\n".join(f"{key}={field.get_default(call_default_factory=True)}: {field.description or ''}"
                            for key, field in cls.Params.model_fields.items())
         phases = ", ".join(cls.phases) + (f"\nonce: {', '.join(cls.setup_phases)}" if cls.setup_phases else "")
-        table.add_row(name, escape(cls.description), cls.item, phases, params)
+        table.add_row(name, cls.description, cls.item, phases, params)
     console.print(table)
 
 
@@ -356,13 +355,13 @@ def probes() -> None:
         table.add_column(column)
     for name, cls in PROBES:
         check = cls.check()
-        here = "[green]yes[/]" if check.ok else f"[red]no[/]: {check.reason}"
+        here = "[green]yes[/]" if check.ok else markup("[red]no[/]: {}", check.reason)
         if check.ok and check.partial:
-            here += "".join(f"\n[yellow]not here[/] {part}: {why}" for part, why in check.partial.items())
+            here += "".join(markup("\n[yellow]not here[/] {}: {}", part, why) for part, why in check.partial.items())
         settings = "\n".join(
             f"{key} [{field.default_factory() if field.default_factory else field.default}]: {field.description or ''}"
             for key, field in cls.Settings.model_fields.items())
-        table.add_row(name, "yes" if cls.default else "", here, cls.description, settings or "-")
+        table.add_row(name, "yes" if cls.default else "", Markup(here), cls.description, settings or "-")
     console.print(table)
 
 

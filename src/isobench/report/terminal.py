@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from isobench.analysis.compare import Comparison, hosts_of, phase_attribution
 from isobench.analysis.stats import fmt_floor
+from isobench.report.plaintext import Markup, markup, plain
 from isobench.store import Store
 
 
@@ -120,19 +120,18 @@ def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
         table.add_column(column, justify="right" if column in ("n", "e2e/item", "× baseline") else "left")
     startup = {(c.workload, c.label, str(c.knobs), c.host): c for c in comparisons if c.metric == "cell.startup"}
     for workload, display, knobs, n, mean, on in baseline_rows:
-        table.add_row(workload, *host(on), f"{display} (baseline)", fmt_knobs(knobs), str(n), fmt_seconds(mean),
-                      "1.00", "", "", "", "")
+        table.add_row(*map(plain, (workload, *host(on), f"{display} (baseline)", fmt_knobs(knobs), str(n),
+                                   fmt_seconds(mean), "1.00", "", "", "", "")))
     for c in comparisons:
         if c.metric != "e2e":
             continue
         start = startup.get((c.workload, c.label, str(c.knobs), c.host))
         top = phase_attribution(comparisons, c) if c.significant else None
-        marker = "[green]≈[/]" if not c.significant else ("[red]slower[/]" if c.ratio > 1 else "[cyan]faster[/]")
-        table.add_row(c.workload, *host(c.host), c.platform + (" (A/A)" if c.is_aa else ""), fmt_knobs(c.knobs),
-                      str(c.n),
-                      fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c), marker,
-                      f"{start.mean:.2f} s ({start.ratio:.1f}×)" if start else "",
-                      f"{top[0]} ({top[1]:.0%})" if top else "")
+        marker = Markup("[green]≈[/]" if not c.significant else ("[red]slower[/]" if c.ratio > 1 else "[cyan]faster[/]"))
+        table.add_row(*map(plain, (c.workload, *host(c.host), c.platform + (" (A/A)" if c.is_aa else ""),
+                                   fmt_knobs(c.knobs), str(c.n), fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c),
+                                   marker, f"{start.mean:.2f} s ({start.ratio:.1f}×)" if start else "",
+                                   f"{top[0]} ({top[1]:.0%})" if top else "")))
     return table
 
 
@@ -167,7 +166,7 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
         console.print(text, markup=False, highlight=False)
     failed = failures(store)
     if failed:
-        console.print(f"[red]{len(failed)} cell(s) did not finish:[/]")
+        console.print(markup("[red]{} cell(s) did not finish:[/]", len(failed)))
         for line in failed[:20]:
             console.print(f"  {line}", markup=False, highlight=False)
     from isobench.analysis.summary import analyse
@@ -175,9 +174,9 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
     analysis = analyse(store, with_views=False)
     for warning in analysis.warnings:
         if warning.kind != "cells":  # failures are listed above
-            console.print(f"[yellow]warning:[/] {warning.text}", highlight=False)
+            console.print(markup("[yellow]warning:[/] {}", warning.text), highlight=False)
     for hint in analysis.hints:
-        console.print(f"[cyan]why:[/] {hint.text}", highlight=False)
+        console.print(markup("[cyan]why:[/] {}", hint.text), highlight=False)
 
 
 def print_fleet(store: Store, comparisons: list[Comparison], console: Console) -> None:
@@ -194,11 +193,11 @@ def print_fleet(store: Store, comparisons: list[Comparison], console: Console) -
 
 
 def _print_table(table: object, console: Console) -> None:
-    rich_table = Table(title=f"{table.title} ({table.paper})" if table.paper else table.title)  # type: ignore[attr-defined]
+    rich_table = Table(title=plain(f"{table.title} ({table.paper})" if table.paper else table.title))  # type: ignore[attr-defined]
     for column in table.columns:  # type: ignore[attr-defined]
-        rich_table.add_column(escape(column))
+        rich_table.add_column(plain(column))
     for row in table.rows:  # type: ignore[attr-defined]
-        rich_table.add_row(*(escape(str(v)) for v in row))  # "[anon]" is a file name, not markup
+        rich_table.add_row(*map(plain, row))  # "[anon]" is a file name, not markup
     console.print(rich_table)
 
 
@@ -209,14 +208,15 @@ def print_cross(result: object, console: Console) -> None:
     for column in ("workload", "platform", "knobs", "n A/B", "A", "B", "B/A", "95% CI", "p (Holm)", "effect"):
         table.add_column(column)
     for c in comparisons:
-        table.add_row(c.workload, c.platform, fmt_knobs(c.knobs), f"{c.n_baseline}/{c.n}", fmt_seconds(c.baseline_mean),
-                      fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c),
-                      "" if c.p_holm is None else f"{c.p_holm:.3g}", c.effect if c.significant_holm else "not resolved")
+        table.add_row(*map(plain, (c.workload, c.platform, fmt_knobs(c.knobs), f"{c.n_baseline}/{c.n}",
+                                   fmt_seconds(c.baseline_mean), fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c),
+                                   "" if c.p_holm is None else f"{c.p_holm:.3g}",
+                                   c.effect if c.significant_holm else "not resolved")))
     console.print(table)
     for c in comparisons:
         console.print(sentence(c, comparisons), markup=False, highlight=False)
     for note in result.notes:  # type: ignore[attr-defined]
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(markup("[yellow]note:[/] {}", note))
 
 
 def print_views(analysis: object, console: Console) -> None:
@@ -232,11 +232,11 @@ def print_views(analysis: object, console: Console) -> None:
         table = view.table if isinstance(view, Figure) else view
         if not isinstance(table, ViewTable):
             continue
-        rich_table = Table(title=f"{view.title} ({view.paper})" if view.paper else view.title)
+        rich_table = Table(title=plain(f"{view.title} ({view.paper})" if view.paper else view.title))
         for column in table.columns:
-            rich_table.add_column(escape(column))
+            rich_table.add_column(plain(column))
         for row in table.rows:
-            rich_table.add_row(*(escape(str(v)) for v in row))  # "[anon]" is a file name, not markup
+            rich_table.add_row(*map(plain, row))  # "[anon]" is a file name, not markup
         console.print(rich_table)
     for view in skipped:
-        console.print(f"[dim]not measured: {view.title} ({view.paper}): {view.reason}[/]", highlight=False)
+        console.print(markup("[dim]not measured: {} ({}): {}[/]", view.title, view.paper, view.reason), highlight=False)

@@ -21,6 +21,7 @@ from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.base import prune_stale_runner_locks, runner_tag
 from isobench.platforms.cgroups import prune_empty
 from isobench.platforms.hostmirror import data_root
+from isobench.report.plaintext import Markup, markup
 from isobench.runner.adaptive import cells_to_run
 from isobench.runner.artifacts import artifacts_dir_for
 from isobench.runner.cluster import safe_host_key
@@ -119,12 +120,12 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
     todo = [c for c in plan if c.cell_id not in done]
 
     if study.hosts is not None:
-        console.print("[yellow]note:[/] the study's `hosts:` applies to cluster runs (`--ray ADDRESS`); "
-                      "this local run ignores it")
+        console.print(Markup("[yellow]note:[/] the study's `hosts:` applies to cluster runs (`--ray ADDRESS`); "
+                             "this local run ignores it"))
     runner_tag()  # take this runner's liveness lock before looking for dead runners' leftovers
     for platform_cls in {type(p) for p in platforms.values()}:
         for removed in platform_cls.sweep_stale():
-            console.print(f"[yellow]removed a leftover of an earlier run:[/] {removed}")
+            console.print(markup("[yellow]removed a leftover of an earlier run:[/] {}", removed))
     from isobench.probes import PROBES  # probes leave tracefs instances and sysctls behind on kill -9
 
     for _, probe_cls in PROBES:
@@ -139,12 +140,12 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
         fingerprint["platforms"] = {key: {"display": p.display(), **p.fingerprint()}
                                     for key, p in platforms.items()}
         store = Store.create(out, study_text, study.name, file, fingerprint)
-    console.print(f"study [bold]{study.name}[/]: {len(plan)} cells "
-                  f"({len(done)} already done, {len(todo)} to run) -> {out}")
+    console.print(markup("study [bold]{}[/]: {} cells ({} already done, {} to run) -> {}", study.name, len(plan),
+                         len(done), len(todo), out))
 
     failures = 0
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeRemainingColumn(), console=console, transient=False)
+    progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                        TimeRemainingColumn(), console=console, transient=False)  # labels are plain text
     try:
         with sigterm_as_interrupt(), progress:
             task = progress.add_task("running", total=len(plan), completed=len(done))
@@ -168,14 +169,15 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
                 for outcome in outcomes:
                     cell = outcome.cell
                     if outcome.status == "unavailable":
-                        progress.console.print(f"[yellow]unavailable[/] {cell.cell_id}: {outcome.error}")
+                        progress.console.print(markup("[yellow]unavailable[/] {}: {}", cell.cell_id, outcome.error))
                     elif outcome.status != "ok":
                         failures += 1
-                        progress.console.print(f"[red]{outcome.status}[/] {cell.cell_id}: {outcome.error}")
+                        progress.console.print(markup("[red]{}[/] {}: {}", outcome.status, cell.cell_id,
+                                                      outcome.error))
                     progress.advance(task)
     except KeyboardInterrupt:
-        console.print(f"\n[yellow]interrupted[/]: finished cells are saved; continue with "
-                      f"`isobench run --resume --out {out}`")
+        console.print(markup("\n[yellow]interrupted[/]: finished cells are saved; continue with "
+                             "`isobench run --resume --out {}`", out))
         raise
     finally:
         for platform in platforms.values():
@@ -184,6 +186,6 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
         prune_stale_runner_locks()
         store.close()
     if failures:
-        console.print(f"[red]{failures} cell(s) failed[/]; `isobench summary {out}` lists them")
+        console.print(markup("[red]{} cell(s) failed[/]; `isobench summary {}` lists them", failures, out))
     return out
 
