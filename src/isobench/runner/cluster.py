@@ -35,6 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from isobench.errors import UserError
 from isobench.plan.cells import Cell, expand
+from isobench.report.plaintext import markup
 from isobench.runner.execute import CellOutcome
 
 #: the Ray node label that names the host a node stands for (default: its hostname)
@@ -441,9 +442,10 @@ def select_nodes(agents: list[tuple[dict[str, Any], Any]], described: list[dict[
             continue
         if info["host_key"] in seen_hosts:
             # two Ray nodes on one host would measure each other: use one of them
-            console.print(f"[yellow]node {info['node_id'][:8]} is on host {info['host_key']} like node "
-                          f"{seen_hosts[info['host_key']][:8]}: using only one node per host[/] (give nodes on "
-                          f"separate hosts distinct `{HOST_LABEL}` labels only if they truly are separate)")
+            console.print(markup("[yellow]node {} is on host {} like node {}: using only one node per host[/] "
+                                 "(give nodes on separate hosts distinct `{}` labels only if they truly are "
+                                 "separate)", info["node_id"][:8], info["host_key"],
+                                 seen_hosts[info["host_key"]][:8], HOST_LABEL))
             continue
         seen_hosts[info["host_key"]] = info["node_id"]
         nodes.append(Node(info, actor))
@@ -472,8 +474,8 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
         described = gather(ray, [actor.describe.remote() for _, actor in agents], timeout=600)
         for (node, _), info in zip(agents, described, strict=True):
             if isinstance(info, Exception):
-                console.print(f"[yellow]node {node['NodeID'][:8]} does not answer, left out[/]: "
-                              f"{type(info).__name__}")
+                console.print(markup("[yellow]node {} does not answer, left out[/]: {}", node["NodeID"][:8],
+                                     type(info).__name__))
         answering = [(a, d) for a, d in zip(agents, described, strict=True) if not isinstance(d, Exception)]
         nodes = select_nodes([a for a, _ in answering], [d for _, d in answering],
                              hosts.labels if hosts else {}, console)
@@ -487,7 +489,7 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
                 raise reasons  # a bug in the agent: say so rather than hide the node
             if isinstance(reasons, Exception):
                 node.alive = False
-                console.print(f"[yellow]node of host {node.host} was lost while preparing, left out[/]")
+                console.print(markup("[yellow]node of host {} was lost while preparing, left out[/]", node.host))
                 continue
             node.usable = reasons
         nodes = [n for n in nodes if n.alive]
@@ -516,14 +518,13 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
         total = sum(len(u) for n in nodes for u in n.queue) + sum(len(u) for u, _ in scheduler.unrunnable) \
             if mode == "each" else (
             sum(not c.warmup for c in plan) + sum(len(u) for u in scheduler.warmup) * len(nodes))
-        console.print(f"study [bold]{study.name}[/] on {len(nodes)} host(s) "
-                      f"({', '.join(n.host for n in nodes)}), mode {mode}: about {total} cells "
-                      f"({len(done)} already done) -> {out}")
+        console.print(markup("study [bold]{}[/] on {} host(s) ({}), mode {}: about {} cells ({} already done) -> {}",
+                             study.name, len(nodes), ", ".join(n.host for n in nodes), mode, total, len(done), out))
         failures = _drive(ray, scheduler, nodes, slots, store, out, console, total, len(done), more_rounds)
         interrupted = False
     except KeyboardInterrupt:
-        console.print(f"\n[yellow]interrupted[/]: finished cells are saved; continue with "
-                      f"`isobench run --resume --out {out} --ray {address}`")
+        console.print(markup("\n[yellow]interrupted[/]: finished cells are saved; continue with "
+                             "`isobench run --resume --out {} --ray {}`", out, address))
         raise
     finally:
         _finish_nodes(ray, nodes, console, interrupted)
@@ -536,7 +537,7 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
         if store is not None:
             store.close()
     if failures:
-        console.print(f"[red]{failures} cell(s) failed or were lost[/]; `isobench summary {out}` lists them")
+        console.print(markup("[red]{} cell(s) failed or were lost[/]; `isobench summary {}` lists them", failures, out))
     return out
 
 
@@ -587,8 +588,8 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
     from isobench.runner.study import sigterm_as_interrupt
 
     failures = 0
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeRemainingColumn(), console=console, transient=False)
+    progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                        TimeRemainingColumn(), console=console, transient=False)  # labels are plain text
     by_ref: dict[Any, Node] = {}
 
     def record(outcomes: list[CellOutcome], display: str) -> None:
@@ -598,7 +599,8 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
             scheduler.done.add(outcome.cell.cell_id)
             if outcome.status not in ("ok", "unavailable"):
                 failures += 1
-                progress.console.print(f"[red]{outcome.status}[/] {outcome.cell.cell_id}: {outcome.error}")
+                progress.console.print(markup("[red]{}[/] {}: {}", outcome.status, outcome.cell.cell_id,
+                                              outcome.error))
             progress.advance(task)
 
     with sigterm_as_interrupt(), progress:
@@ -636,8 +638,8 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
                         by_ref.pop(other_ref, None)
                         node.queue.appendleft(unit_more)
                     why = f"node {node.info['node_id'][:8]} (host {node.host}) was lost mid-cell"
-                    progress.console.print(f"[yellow]{why}[/]: {type(exc).__name__}; re-running its "
-                                           f"{len(node.queue) + 1} unit(s) on nodes alike")
+                    progress.console.print(markup("[yellow]{}[/]: {}; re-running its {} unit(s) on nodes alike",
+                                                  why, type(exc).__name__, len(node.queue) + 1))
                     stranded = scheduler.reassign(node, [unit, *node.queue], why)
                     node.queue.clear()
                     for lost_unit, reason in stranded:
@@ -689,7 +691,7 @@ def _finish_nodes(ray: Any, nodes: list[Node], console: Console, interrupted: bo
         for ref in ready:
             try:
                 for removed in ray.get(ref):
-                    console.print(f"[yellow]removed a leftover:[/] {removed}")
+                    console.print(markup("[yellow]removed a leftover:[/] {}", removed))
             except Exception:  # a node lost at the very end: its own next run sweeps it
                 pass
     finally:
