@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from isobench.analysis.compare import host_of
+from isobench.report.plaintext import csv_cell
 from isobench.store import Store
 
 FIELDS = ("study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status", "host")
@@ -44,7 +45,8 @@ def export(store: Store, fmt: str, target: Path) -> Path:
             writer = csv.DictWriter(fh, fieldnames=FIELDS)
             writer.writeheader()
             for row in rows:
-                writer.writerow({**row, "knobs": json.dumps(row["knobs"], sort_keys=True)})
+                cells = {**row, "knobs": json.dumps(row["knobs"], sort_keys=True)}
+                writer.writerow({k: csv_cell(v) for k, v in cells.items()})  # "=HYPERLINK(..)" stays text
     elif fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from isobench.analysis.views import Figure  # noqa: E402
+from isobench.report.plaintext import MPL_RC  # noqa: E402
 
 PLATFORM_COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c",
                     "#ccb974", "#64b5cd"]
@@ -47,7 +48,8 @@ def render(figure: Figure, colours: dict[str, str]) -> str:
     plt.rcParams.update({"font.size": 10, "svg.fonttype": "none", "axes.spines.top": False,
                          "axes.spines.right": False})
     renderer = RENDERERS[figure.kind]
-    return _svg(renderer(figure.data, colours))
+    with matplotlib.rc_context(MPL_RC):  # labels are text: "$\\foo$" is never math text
+        return _svg(renderer(figure.data, colours))
 
 
 def _colour_ticks(ax: Any, keys: list[str], colours: dict[str, str], axis: str = "y") -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import re
 import time
@@ -12,6 +11,7 @@ from isobench.analysis.stats import fmt_floor
 from isobench.analysis.summary import Analysis
 from isobench.analysis.views import Figure, Skipped, Table
 from isobench.report import figures
+from isobench.report.plaintext import html_text
 from isobench.report.replication import replication
 from isobench.report.terminal import fmt_knobs, fmt_seconds, headline
 
@@ -47,7 +47,7 @@ nav a { margin-right: 14px; font-size: 14px; }
 
 
 def esc(value: Any) -> str:
-    return html.escape(str(value))
+    return html_text(value)  # every user string in the page goes through here (report/plaintext.py)
 
 
 def _table(table: Table, klass: str = "") -> str:

@@ -5,14 +5,13 @@ from __future__ import annotations
 from isobench.analysis.summary import Analysis
 from isobench.analysis.views import Figure, Skipped, Table
 from isobench.report.html import comparison_columns, comparison_rows, multi_host, ordered, resolve_target
+from isobench.report.plaintext import md, md_fence
 from isobench.report.replication import replication
 from isobench.report.terminal import fmt_knobs, headline
 
 
 def md_table(columns: list[str], rows: list[list[str]]) -> str:
-    def cell(value: object) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
-
+    cell = md  # user strings as text: no HTML, code spans or links; "|" escaped
     lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -25,11 +24,11 @@ def _source(view: Table | Figure) -> str:
 
 def render_markdown(analysis: Analysis) -> str:
     study = analysis.study
-    out = [f"# isobench: {study.name}", "", study.description, "", "## Headline", ""]
+    out = [f"# isobench: {md(study.name)}", "", md(study.description), "", "## Headline", ""]
     if any(w.kind == "host" for w in analysis.warnings):
         out += ["> **Caution:** warnings about the host (load, frequency scaling): differences below may reflect "
                 "the host rather than the platforms.", ""]
-    out += [f"- {line}" for line in headline(ordered(analysis))] or ["- no comparison yet"]
+    out += [f"- {md(line)}" for line in headline(ordered(analysis))] or ["- no comparison yet"]
     rep = replication(study.name)
     if rep:
         out += ["", f"**Replication of {rep['paper']}.** Scaled down: {rep['scale']}.", ""]
@@ -49,8 +48,8 @@ def render_markdown(analysis: Analysis) -> str:
                            str(a.n_halfwidth), str(a.n_power)] for a in analysis.advice])]
     if analysis.adaptive:
         a = analysis.adaptive
-        out += ["", "### Adaptive repetitions", "", f"Target ±{a['target']:.1%} on {a['metric']}, {a['rounds']} "
-                f"round(s): {a['reason']}.", ""]
+        out += ["", "### Adaptive repetitions", "", f"Target ±{a['target']:.1%} on {md(a['metric'])}, {a['rounds']} "
+                f"round(s): {md(a['reason'])}.", ""]
         out.append(md_table(["workload", "platform", "n", "half-width", "status"],
                             [[c["workload"], c["platform"] + (f" on {c.get('host')}" if multi_host(analysis) else ""),
                               str(c["n"]),
@@ -58,9 +57,9 @@ def render_markdown(analysis: Analysis) -> str:
                               c["status"] + (f" at round {c['reached_at']}" if c.get("reached_at") else "")]
                              for c in a["comparisons"]]))
     out += ["", "## Warnings", ""]
-    out += [f"- {w.text}" for w in analysis.warnings] or ["- none"]
+    out += [f"- {md(w.text)}" for w in analysis.warnings] or ["- none"]
     out += ["", "## Root-cause hints", ""]
-    out += [f"- {h.text} (see `{h.figure}`)" for h in analysis.hints] or ["- no rule found evidence"]
+    out += [f"- {md(h.text)} (see `{h.figure}`)" for h in analysis.hints] or ["- no rule found evidence"]
     out += ["", "## Tables and figures (numbers)", ""]
     skipped = []
     for view in analysis.views:
@@ -68,17 +67,18 @@ def render_markdown(analysis: Analysis) -> str:
             skipped.append(view)
         elif isinstance(view, Figure):
             if view.table:
-                out += [f"### {view.title} ({_source(view)})", "", md_table(view.table.columns,
+                out += [f"### {md(view.title)} ({_source(view)})", "", md_table(view.table.columns,
                                                                                        view.table.rows), ""]
         elif isinstance(view, Table):
-            out += [f"### {view.title} ({_source(view)})", "", md_table(view.columns, view.rows), ""]
+            out += [f"### {md(view.title)} ({_source(view)})", "", md_table(view.columns, view.rows), ""]
     if skipped:
-        out += ["### Not measured in this study", ""] + [f"- {s.title} ({s.paper}): {s.reason}" for s in skipped]
+        out += ["### Not measured in this study", ""] + [f"- {md(s.title)} ({md(s.paper)}): {md(s.reason)}"
+                                                         for s in skipped]
     if analysis.failures:
         out += ["", f"## Cells that did not finish ({len(analysis.failures)})", ""]
-        out += [f"- {line}" for line in analysis.failures[:50]]
+        out += [f"- {md(line)}" for line in analysis.failures[:50]]
     host = analysis.host
-    out += ["", "## Host", "", f"{host.get('cpu_model')}, {host.get('cores')} cores, kernel {host.get('kernel')}, "
-            f"governor {host.get('governor')}, turbo {host.get('turbo')}, load at start {host.get('loadavg_at_start')}",
-            "", "## Study file", "", "```yaml", analysis.study_text.rstrip(), "```", ""]
+    out += ["", "## Host", "", md(f"{host.get('cpu_model')}, {host.get('cores')} cores, kernel {host.get('kernel')}, "
+            f"governor {host.get('governor')}, turbo {host.get('turbo')}, load at start {host.get('loadavg_at_start')}"),
+            "", "## Study file", "", *md_fence(analysis.study_text.rstrip(), "yaml"), ""]
     return "\n".join(out)
