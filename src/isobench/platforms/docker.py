@@ -10,10 +10,9 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
+import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from isobench.hostinfo import tool_version
@@ -29,6 +28,7 @@ from isobench.platforms.base import (
     tag_is_stale,
 )
 from isobench.platforms.datapath import copy_into, mount_args
+from isobench.platforms.engineconfig import daemon_json_path, merge_runtime, reload_engines
 from isobench.platforms.hostmirror import (
     cell_mounts,
     container_env,
@@ -40,7 +40,6 @@ from isobench.probes.base import ProbeTarget
 from isobench.probes.target import cgroups_of_pid, docker_engine_pids, poll
 from isobench.study.model import Knobs, PlatformEntry
 
-DAEMON_JSON = Path("/etc/docker/daemon.json")
 LABEL_RUNNER = "isobench.runner"
 #: the user-defined bridge serving cells join (dockerd here runs with --bridge=none: no docker0)
 SERVE_NETWORK = "isobench-net"
@@ -74,29 +73,25 @@ def engine_runtimes() -> dict[str, Any]:
 
 
 def register_runtime(name: str, path: str, args: list[str]) -> None:
-    """Add a runtime to daemon.json and make dockerd reload it (SIGHUP, no restart)."""
-    config: dict[str, Any] = {}
-    if DAEMON_JSON.exists():
-        config = json.loads(DAEMON_JSON.read_text() or "{}")
-    runtimes = config.setdefault("runtimes", {})
-    wanted = {"path": path, "runtimeArgs": args}
-    if runtimes.get(name) != wanted:
-        runtimes[name] = wanted
-        DAEMON_JSON.parent.mkdir(parents=True, exist_ok=True)
-        tmp = DAEMON_JSON.with_suffix(".isobench-tmp")
-        tmp.write_text(json.dumps(config, indent=2) + "\n")
-        tmp.rename(DAEMON_JSON)
+    """Merge a runtime into daemon.json (see :mod:`.engineconfig`) and have the engine that
+    reads that file reload it (SIGHUP, no restart); say on stderr what changed."""
+    config = daemon_json_path()
+    change = merge_runtime(config, name, path, args)
+    if change:
+        sys.stderr.write(f"isobench: {change}\n")
     if name in engine_runtimes():
         return
-    pids = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()
-    for pid in pids:
-        os.kill(int(pid), signal.SIGHUP)
+    pids = reload_engines(config)
+    if not pids:
+        raise RuntimeError(f"no running dockerd reads {config} (its --config-file differs): add the {name} "
+                           "runtime to that engine's configuration, or restart dockerd")
+    sys.stderr.write(f"isobench: sent SIGHUP to dockerd {', '.join(map(str, pids))} to reload {config}\n")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if name in engine_runtimes():
             return
         time.sleep(0.2)
-    raise RuntimeError(f"dockerd did not pick up the {name} runtime from {DAEMON_JSON}; restart dockerd")
+    raise RuntimeError(f"dockerd did not pick up the {name} runtime from {config}; restart dockerd")
 
 
 class DockerBase(Platform):
@@ -149,7 +144,7 @@ class DockerBase(Platform):
             docker("import", str(skeleton_tar((str(data_root()),))), image)
 
     def _run_args(self, cell: Cell, name: str) -> list[str]:
-        knobs = Knobs(**cell.knobs)
+        knobs = Knobs(**cell.effective_knobs())
         args = ["run", "--name", name, "--label", f"{LABEL_RUNNER}={runner_tag()}",
                 "--label", f"isobench.cell={cell.cell_id}", "--network", self._docker_network(cell),
                 "--runtime", self.runtime(), "--workdir", "/tmp"]
@@ -292,9 +287,10 @@ class GVisor(DockerBase):
         problem = engine_problem()
         if problem:
             return Availability(False, problem)
-        if "runsc" not in engine_runtimes() and not os.access(DAEMON_JSON.parent, os.W_OK) \
-                and DAEMON_JSON.parent.exists():
-            return Availability(False, f"runsc is not a Docker runtime and {DAEMON_JSON} is not writable")
+        config = daemon_json_path()
+        if "runsc" not in engine_runtimes() and not os.access(config.parent, os.W_OK) \
+                and config.parent.exists():
+            return Availability(False, f"runsc is not a Docker runtime and {config} is not writable")
         return Availability(True, "", notes=["knobs apply to the sandbox's cgroup on the host; gVisor's own "
                                              "/proc does not show them", "ptrace platform (kvm hangs on nested hosts)"])
 

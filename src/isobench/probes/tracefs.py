@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -90,15 +91,23 @@ class TraceInstance:
 
     def start(self, pids: Iterable[int] = ()) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
-        self.state_file.write_text(json.dumps({"instance": self.name, "trace_file": str(self.trace_file)}))
-        self.path.mkdir()
+        # /dev/shm is world-writable: an unpredictable name, created 0600 with O_EXCL, so a link
+        # planted at a guessable name can never make this root process write through it.
+        fd, trace_name = tempfile.mkstemp(prefix=f"{self.name}.", suffix=".trace", dir=SHM)
+        self.trace_file = Path(trace_name)
+        try:
+            self.state_file.write_text(json.dumps({"instance": self.name, "trace_file": str(self.trace_file)}))
+            self.path.mkdir()
+        except BaseException:
+            os.close(fd)
+            raise
         _write(self.path / "tracing_on", "0")
         _write(self.path / "buffer_size_kb", str(self.buffer_kb))
         _write(self.path / "trace_clock", "mono")  # same clock as time.monotonic()
         if self.pid_filter:
             _write(self.path / "options" / "event-fork", "1")  # children of traced tasks are traced too
             self.add_pids(pids)
-        with self.trace_file.open("wb") as out:
+        with os.fdopen(fd, "wb") as out:
             self.reader = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "cat", str(self.path / "trace_pipe")],
                                            stdout=out, stdin=subprocess.DEVNULL)
         self.state_file.write_text(json.dumps({"instance": self.name, "trace_file": str(self.trace_file),
@@ -344,7 +353,8 @@ def sweep_stale() -> list[str]:
                 _kill_readers_of(path.name)
                 if remove_instance(path):
                     removed.append(f"tracefs instance {path.name}")
-                (SHM / f"{path.name}.trace").unlink(missing_ok=True)
+                for trace in SHM.glob(f"{path.name}.*.trace"):
+                    trace.unlink(missing_ok=True)
     return removed
 
 

@@ -1,0 +1,115 @@
+"""Security items of issue 15 that need no VM: trace files, the engine's daemon.json,
+artifacts planted by a cell, the serving workload's shutdown and the OCI seccomp filter."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import need_root, wait_for
+
+# -- trace files in /dev/shm ----------------------------------------------------------------
+
+
+def test_trace_file_is_private_and_a_planted_link_is_not_followed(tmp_path: Path) -> None:
+    need_root()
+    from isobench.probes.tracefs import SHM, TraceInstance, tracefs_problem
+
+    if tracefs_problem():
+        pytest.skip(f"host lacks tracefs instances: {tracefs_problem()}")
+
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    instance = TraceInstance("sec", ["sched/sched_process_exec"], 64)
+    old_name = SHM / f"{instance.name}.trace"  # the name the file had before: guessable
+    old_name.symlink_to(victim)
+    try:
+        instance.start()
+        subprocess.run(["true"], check=True)  # an event for the reader to copy
+        instance.stop()
+        assert instance.trace_file != old_name and instance.trace_file.parent == SHM
+        mode = instance.trace_file.lstat()
+        assert stat.S_ISREG(mode.st_mode) and stat.S_IMODE(mode.st_mode) == 0o600
+        assert victim.read_text() == "untouched\n" and old_name.is_symlink()
+    finally:
+        instance.discard()
+        old_name.unlink(missing_ok=True)
+    assert not instance.trace_file.exists()
+
+
+# -- daemon.json ----------------------------------------------------------------------------
+
+
+def test_daemon_json_with_comments_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    from isobench.platforms.engineconfig import EngineConfigError, merge_runtime
+
+    config = tmp_path / "daemon.json"
+    text = '{\n  // the admin\'s note\n  "log-level": "warn"\n}\n'
+    config.write_text(text)
+    with pytest.raises(EngineConfigError) as caught:
+        merge_runtime(config, "runsc", "/usr/bin/runsc", ["--network=none"])
+    message = str(caught.value)
+    assert "\n" not in message and "not plain JSON" in message
+    assert '"runsc": {"path": "/usr/bin/runsc"' in message and "by hand" in message
+    assert config.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["daemon.json"]  # no temp file left
+
+
+def test_daemon_json_merge_keeps_settings_mode_and_owner(tmp_path: Path) -> None:
+    from isobench.platforms.engineconfig import merge_runtime
+
+    config = tmp_path / "daemon.json"
+    config.write_text(json.dumps({"log-level": "warn", "runtimes": {"kata": {"path": "/k"}}}))
+    config.chmod(0o640)
+    if os.geteuid() == 0:
+        os.chown(config, 1234, 5678)
+    inode = config.stat().st_ino
+    change = merge_runtime(config, "runsc", "/usr/bin/runsc", ["--network=none"])
+    assert change is not None and "added runtime 'runsc'" in change
+    merged = json.loads(config.read_text())
+    assert merged == {"log-level": "warn", "runtimes": {"kata": {"path": "/k"}, "runsc": {
+        "path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}}
+    after = config.stat()
+    assert stat.S_IMODE(after.st_mode) == 0o640 and after.st_ino != inode  # a new file, renamed in
+    if os.geteuid() == 0:
+        assert (after.st_uid, after.st_gid) == (1234, 5678)
+    assert merge_runtime(config, "runsc", "/usr/bin/runsc", ["--network=none"]) is None
+    assert config.stat().st_ino == after.st_ino  # nothing to change: not rewritten
+
+
+def test_only_the_engine_reading_the_file_is_reloaded(tmp_path: Path) -> None:
+    """A stand-in engine (a script named dockerd, with its own --config-file) gets the SIGHUP;
+    an engine reading another file (the host's real dockerd, if any) is not among the pids."""
+    from isobench.platforms.engineconfig import DEFAULT_DAEMON_JSON, engines_using, reload_engines
+
+    config = tmp_path / "daemon.json"
+    config.write_text("{}\n")
+    other = tmp_path / "other.json"
+    other.write_text("{}\n")
+    hups = tmp_path / "hups"
+    script = tmp_path / "dockerd"
+    script.write_text(f"#!/bin/sh\ntrap 'echo hup >> {hups}' HUP\nwhile :; do sleep 0.05; done\n")
+    script.chmod(0o755)
+    mine = subprocess.Popen([str(script), "--config-file", str(config)], start_new_session=True)
+    bystander = subprocess.Popen([str(script), f"--config-file={other}"], start_new_session=True)
+    try:
+        wait_for(lambda: Path(f"/proc/{mine.pid}/comm").read_text().strip() == "dockerd", 5, "the stand-in")
+        wait_for(lambda: Path(f"/proc/{bystander.pid}/comm").read_text().strip() == "dockerd", 5, "the other")
+        assert reload_engines(config) == [mine.pid]
+        wait_for(lambda: hups.exists(), 5, "the SIGHUP to arrive")
+        time.sleep(0.3)
+        assert hups.read_text() == "hup\n"  # once, and the bystander (same script) sent nothing
+        assert bystander.pid in engines_using(other) and bystander.pid not in engines_using(config)
+        if DEFAULT_DAEMON_JSON.exists():
+            assert not set(engines_using(DEFAULT_DAEMON_JSON)) & {mine.pid, bystander.pid}
+    finally:
+        for proc in (mine, bystander):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
