@@ -1,14 +1,22 @@
-"""Compare every platform entry with the study's baseline, metric by metric."""
+"""Compare every platform entry with the study's baseline, metric by metric.
+
+Each comparison is paired by round or duet where that helps, else Welch (analysis/blocked.py),
+and ends in one verdict (analysis/verdict.py). Contaminated cells give way to their re-runs
+(``blocked.screen``); the groups count them so the report can say so.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from isobench.analysis.stats import METHOD, bootstrap_ratio_ci, effect_words, holm, ratio_ci
+from isobench.analysis import verdict as vd
+from isobench.analysis.blocked import Point, estimate, screen
+from isobench.analysis.stats import bootstrap_ratio_ci, effect_words, holm, interval_at
 from isobench.plan.tenancy import tenant_spec
 from isobench.store import Store
 from isobench.study.loader import load_study_text
@@ -33,6 +41,16 @@ class Group:
     emulated: bool = False
     #: the host the cells ran on (see host_of); a study spread over a cluster has one group per host
     host: str = ""
+    #: metric -> the values with what pairs them (round, duet pair), for the blocked analysis
+    points: dict[str, list[Point]] = field(default_factory=lambda: defaultdict(list))
+    #: contaminated cells (interference flag): how many, how many gave way to a re-run, why
+    contaminated: int = 0
+    rerun: int = 0
+    contamination_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def kept_contaminated(self) -> int:
+        return self.contaminated - self.rerun
 
     @property
     def key(self) -> tuple[str, str, str, str, str]:
@@ -73,6 +91,21 @@ class Comparison:
     params: dict[str, Any] = field(default_factory=dict)
     #: the host both sides ran on: a platform is only ever compared with the baseline of its own host
     host: str = ""
+    #: why ``method`` was chosen, and the standard error of the log ratio each method gives
+    method_reason: str = ""
+    se_paired: float | None = None
+    se_unpaired: float | None = None
+    #: the chosen estimate's standard error and degrees of freedom (log scale)
+    se: float | None = None
+    df: float | None = None
+    #: slower/faster (higher/lower), equivalent or inconclusive: see analysis/verdict.py
+    verdict: str = "inconclusive"
+    #: the 90% interval of the TOST and its equivalence margin (±m: [1/(1+m), 1+m])
+    ci90_low: float | None = None
+    ci90_high: float | None = None
+    margin: float = vd.DEFAULT_MARGIN
+    #: inconclusive: repetitions per side that would settle it at the observed standard error
+    repetitions_needed: int | None = None
 
     @property
     def significant_holm(self) -> bool:
@@ -101,9 +134,12 @@ def host_of(platform_info: dict[str, Any] | str | None) -> str:
 
 
 def load_groups(store: Store) -> list[Group]:
+    cells = [(r["cell_id"], r["status"], json.loads(r["platform_info"]) if r["platform_info"] else {})
+             for r in store.conn.execute("SELECT cell_id, status, platform_info FROM cells WHERE warmup = 0")]
+    excluded, fate = screen(cells)
     groups: dict[tuple[str, ...], Group] = {}
     for row in store.metric_rows():
-        if row["warmup"]:
+        if row["warmup"] or row["cell_id"] in excluded:
             continue
         info = json.loads(row["platform_info"]) if row["platform_info"] else {}
         host = host_of(info)
@@ -115,13 +151,27 @@ def load_groups(store: Store) -> list[Group]:
                                         defaultdict(list), {}, host=host)
         group.metrics[row["metric"]].append(row["value"])
         group.reps[row["metric"]].append((row["rep"], row["value"]))
+        duet = info.get("duet") if isinstance(info.get("duet"), dict) else {}
+        group.points[row["metric"]].append(Point(row["rep"], row["value"], row["cell_id"],
+                                                 None if duet.get("pair") is None else str(duet["pair"]),
+                                                 duet.get("partner")))
         group.units[row["metric"]] = row["unit"]
         if info.get("emulated"):
             group.emulated = True
-    for row in store.conn.execute("SELECT workload_key, params, platform_key, knobs, platform_info "
+    for row in store.conn.execute("SELECT cell_id, workload_key, params, platform_key, knobs, platform_info "
+                                  "FROM cells WHERE warmup = 0"):
+        key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"], host_of(row["platform_info"]))
+        if key not in groups:
+            continue
+        if row["cell_id"] in fate:
+            rerun, reason = fate[row["cell_id"]]
+            groups[key].contaminated += 1
+            groups[key].rerun += rerun
+            groups[key].contamination_reasons.append(reason)
+    for row in store.conn.execute("SELECT cell_id, workload_key, params, platform_key, knobs, platform_info "
                                   "FROM cells WHERE warmup = 0 AND status != 'ok'"):
         key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"], host_of(row["platform_info"]))
-        if key in groups:
+        if key in groups and row["cell_id"] not in excluded:  # a failed try that a re-run replaced is no loss
             groups[key].failed += 1
     return list(groups.values())
 
@@ -149,6 +199,7 @@ def compare(store: Store) -> list[Comparison]:
     # A tenant group on the baseline's platform measures interference: it is no A/A entry.
     tenant_keys = {p.key for p in study.platforms if tenant_spec(study, p) != 1}
     groups = load_groups(store)
+    margin = vd.margin_of(study)
     baselines: dict[str, list[Group]] = defaultdict(list)
     for g in groups:
         if g.platform_key == baseline_key:
@@ -165,7 +216,8 @@ def compare(store: Store) -> list[Comparison]:
             sample, reference = group.metrics[metric], base.metrics.get(metric)
             if not reference or min(sample) <= 0 or min(reference) <= 0:
                 continue
-            est = ratio_ci(sample, reference)
+            blocked = estimate(group.points[metric], base.points[metric], group.platform_key)
+            est, sample, reference = blocked.estimate, blocked.sample, blocked.reference
             boot = bootstrap_ratio_ci(sample, reference)
             results.append(Comparison(
                 workload=group.workload, platform=group.display, label=group.platform_key,
@@ -173,10 +225,12 @@ def compare(store: Store) -> list[Comparison]:
                 ci_low=est.ci_low, ci_high=est.ci_high, n=est.n, significant=est.significant,
                 n_baseline=est.n_baseline, p_value=est.p_value, mean=statistics.fmean(sample),
                 baseline_mean=statistics.fmean(reference), unit=group.units.get(metric, ""),
-                method=METHOD, is_aa=group.platform == baseline_name and group.platform_key not in tenant_keys,
+                method=blocked.method, is_aa=group.platform == baseline_name and group.platform_key not in tenant_keys,
                 boot_low=boot[0] if boot else None, boot_high=boot[1] if boot else None,
                 effect=effect_words(est.ratio, metric), emulated=group.emulated or base.emulated,
-                params=group.params, host=group.host))
+                params=group.params, host=group.host, method_reason=blocked.reason,
+                se_paired=blocked.se_paired, se_unpaired=blocked.se_unpaired, se=est.se, df=est.df,
+                margin=margin))
     _adjust(results)
     return results
 
@@ -208,6 +262,25 @@ def _adjust(results: list[Comparison]) -> None:
         # The A/A entry with the same knobs if there is one, else the one sharing most knobs.
         aa = max(candidates, key=lambda a: (a.knobs == c.knobs, sum(c.knobs.get(k) == v for k, v in a.knobs.items())))
         c.noise_floor = floor_of(aa)
+    for c in results:
+        judge(c)
+
+
+def judge(c: Comparison) -> None:
+    """Set the comparison's verdict, 90% interval and repetitions_needed (after Holm: it needs p_holm)."""
+    if c.se is None and c.ci_low is not None and c.ci_high is not None and c.ci_low > 0:
+        # An estimate from elsewhere (another study's store) without its SE: back it out of the 95% CI.
+        c.se, c.df = (math.log(c.ci_high) - math.log(c.ci_low)) / (2 * 1.959964), c.df or 1e6
+    log_ratio = math.log(c.ratio)
+    ci90 = interval_at(log_ratio, c.se, c.df, 1 - 2 * vd.ALPHA)
+    c.ci90_low, c.ci90_high = ci90 if ci90 else (None, None)
+    p = c.p_holm if c.p_holm is not None else c.p_value
+    c.verdict = vd.decide_verdict(c.metric, log_ratio, c.se, c.df, p, c.margin)
+    c.repetitions_needed = None
+    if c.verdict == "inconclusive":
+        needed = vd.repetitions_needed(log_ratio, c.se, c.df, min(c.n, c.n_baseline), c.margin)
+        # Holm can hold back a difference the interval already resolves: at least one more then.
+        c.repetitions_needed = None if needed is None else max(needed, min(c.n, c.n_baseline) + 1)
 
 
 def phase_attribution(comparisons: list[Comparison], e2e: Comparison) -> tuple[str, float] | None:

@@ -7,6 +7,12 @@ geometric means. We prefer it to a bootstrap at the repetition counts studies us
 (3-10): a bootstrap over 5 repetitions has only 126 distinct resamples per group and
 its percentile interval is systematically too narrow, while Welch's interval keeps its
 coverage and does not assume equal variances.
+
+Blocked designs (rounds, duets) use a paired t interval on the log differences instead
+(``paired_ratio_ci``); analysis/blocked.py decides which of the two a comparison gets.
+Every estimate keeps its standard error and degrees of freedom on the log scale, so that
+intervals at other levels (the 90% interval of TOST, the stricter ones of alpha spending)
+come from the same estimate (``RatioEstimate.interval``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from dataclasses import dataclass
 from scipy import stats as sps
 
 METHOD = "welch-log"
+PAIRED_METHOD = "paired-log"
+DUET_METHOD = "duet-paired"
 
 
 @dataclass(frozen=True)
@@ -27,6 +35,17 @@ class RatioEstimate:
     p_value: float | None
     n: int
     n_baseline: int
+    #: standard error and degrees of freedom of the log ratio (None: fewer than 2 values a side)
+    se: float | None = None
+    df: float | None = None
+
+    @property
+    def log_ratio(self) -> float:
+        return math.log(self.ratio)
+
+    def interval(self, confidence: float) -> tuple[float, float] | None:
+        """The two-sided interval of the ratio at ``confidence`` from the same estimate."""
+        return interval_at(self.log_ratio, self.se, self.df, confidence)
 
     @property
     def significant(self) -> bool:
@@ -60,13 +79,49 @@ def ratio_ci(sample: list[float], baseline: list[float], confidence: float = 0.9
     se2 = var_s / n_s + var_b / n_b
     if se2 == 0.0:
         exact = 0.0 if diff != 0 else 1.0
-        return RatioEstimate(ratio, ratio, ratio, exact, n_s, n_b)
+        return RatioEstimate(ratio, ratio, ratio, exact, n_s, n_b, 0.0, float(n_s + n_b - 2))
     se = math.sqrt(se2)
     df = se2**2 / ((var_s / n_s) ** 2 / (n_s - 1) + (var_b / n_b) ** 2 / (n_b - 1)) \
         if var_s > 0 and var_b > 0 else (n_s - 1 if var_s > 0 else n_b - 1)
     t_crit = float(sps.t.ppf(0.5 + confidence / 2, df))
     p_value = float(2 * sps.t.sf(abs(diff) / se, df))
-    return RatioEstimate(ratio, math.exp(diff - t_crit * se), math.exp(diff + t_crit * se), p_value, n_s, n_b)
+    return RatioEstimate(ratio, math.exp(diff - t_crit * se), math.exp(diff + t_crit * se), p_value, n_s, n_b,
+                         se, float(df))
+
+
+def paired_ratio_ci(pairs: list[tuple[float, float]], confidence: float = 0.95) -> RatioEstimate:
+    """Ratio of geometric means from ``(sample, baseline)`` pairs: a t interval on the log differences.
+
+    A pair shares a round (or a duet), so what moved both sides alike cancels in the difference;
+    the interval has n-1 degrees of freedom for n pairs.
+    """
+    if not pairs:
+        raise ValueError("pairing needs at least one pair")
+    if min(min(p) for p in pairs) <= 0:
+        raise ValueError("ratios need positive values")
+    diffs = [math.log(s) - math.log(b) for s, b in pairs]
+    mean, var = _mean_var(diffs)
+    ratio, n = math.exp(mean), len(diffs)
+    if n < 2:
+        return RatioEstimate(ratio, None, None, None, n, n)
+    if var == 0.0:
+        return RatioEstimate(ratio, ratio, ratio, 0.0 if mean != 0 else 1.0, n, n, 0.0, float(n - 1))
+    se = math.sqrt(var / n)
+    t_crit = float(sps.t.ppf(0.5 + confidence / 2, n - 1))
+    p_value = float(2 * sps.t.sf(abs(mean) / se, n - 1))
+    return RatioEstimate(ratio, math.exp(mean - t_crit * se), math.exp(mean + t_crit * se), p_value, n, n,
+                         se, float(n - 1))
+
+
+def interval_at(log_ratio: float, se: float | None, df: float | None,
+                confidence: float) -> tuple[float, float] | None:
+    """Two-sided t interval of a ratio from its log estimate, standard error and degrees of freedom."""
+    if se is None or df is None:
+        return None
+    if se == 0.0:
+        return math.exp(log_ratio), math.exp(log_ratio)
+    half = float(sps.t.ppf(0.5 + confidence / 2, max(df, 1.0))) * se
+    return math.exp(log_ratio - half), math.exp(log_ratio + half)
 
 
 # -- bootstrap by repetition ------------------------------------------------------------
@@ -113,6 +168,11 @@ def holm(p_values: list[float | None]) -> list[float | None]:
     return adjusted
 
 
+def timelike(metric: str) -> bool:
+    """Metrics that are times (read slower/faster); the others read higher/lower."""
+    return metric.startswith(("e2e", "phase.", "setup.", "cell.", "cpu."))
+
+
 # -- effect sizes in words --------------------------------------------------------------
 def effect_words(ratio: float, metric: str = "e2e") -> str:
     """'3.2% slower (small)'. Thresholds on |ratio-1|: <1% negligible, <5% small, <20% moderate,
@@ -122,8 +182,7 @@ def effect_words(ratio: float, metric: str = "e2e") -> str:
     if size < 0.01:
         return f"{change:+.1%} (negligible)"
     word = "small" if size < 0.05 else "moderate" if size < 0.20 else "large"
-    timelike = metric in ("e2e", "e2e.p50", "e2e.p99") or metric.startswith(("phase.", "setup.", "cell."))
-    direction = ("slower" if change > 0 else "faster") if timelike else ("higher" if change > 0 else "lower")
+    direction = ("slower" if change > 0 else "faster") if timelike(metric) else ("higher" if change > 0 else "lower")
     amount = f"{size:.1%}" if ratio < 2 else f"{ratio:.1f}×"
     return f"{amount} {direction} ({word})"
 

@@ -131,6 +131,10 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
     for _, probe_cls in PROBES:
         for removed in probe_cls.sweep_stale():
             console.print(f"[yellow]removed a leftover of an earlier run:[/] {removed}")
+    from isobench.runner.hoststate import sweep_stale as sweep_host_state
+
+    for restored in sweep_host_state():  # cpufreq, sysctls, ... that a dead runner left changed
+        console.print(markup("[yellow]host state left by an earlier run:[/] {}", restored))
 
     data_paths = prepare_data(todo)
     for platform in platforms.values():

@@ -1,0 +1,192 @@
+"""Blocked analysis: pair a group with the baseline by round or by duet, or fall back to Welch.
+
+A round runs every group once, so it is a block: what the host did during the round (a
+background job, thermal state) moves both sides, and a paired t interval on the log
+differences removes it. Rules (``estimate``):
+
+* **duet** (cells carry ``platform_info["duet"]``): the baseline cells whose ``partner`` is this
+  group's platform key are paired with this group's cells by ``pair`` id (method
+  ``duet-paired``). The duet design makes the pairs; they are used whenever every pair is
+  complete and there are at least ``MIN_PAIRS``, whatever the correlation, so that the choice
+  never depends on the data. Otherwise Welch on the partner-matched cells.
+* **rounds** (sequential schedule): paired by ``rep`` (method ``paired-log``) when every round
+  up to this group's last one holds exactly one value on each side (a failed or missing cell
+  makes the round incomplete: Welch), there are at least ``MIN_PAIRS`` rounds, and pairing
+  helps: the paired standard error of the mean log difference is below Welch's (that is, the
+  within-round correlation is positive enough). Baseline rounds after the group's last one (an
+  adaptive study stops a finished comparison while others go on) are not incomplete rounds;
+  the paired analysis leaves them out, Welch uses them, and the smaller standard error wins.
+  The choice looks at the spread only, never at the ratio, so it does not favour an effect.
+
+``MIN_PAIRS`` is 3: two pairs give a t interval with one degree of freedom (t = 12.7), which
+pairing cannot beat, and a correlation from two points means nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from isobench.analysis.stats import (
+    DUET_METHOD,
+    METHOD,
+    PAIRED_METHOD,
+    RatioEstimate,
+    paired_ratio_ci,
+    ratio_ci,
+)
+
+MIN_PAIRS = 3
+
+
+@dataclass(frozen=True)
+class Point:
+    """One cell's value of one metric, with what pairs it."""
+
+    rep: int
+    value: float
+    cell_id: str
+    #: duet pair id and the partner's platform key (None outside a duet schedule)
+    pair: str | None = None
+    partner: str | None = None
+
+
+@dataclass
+class Blocked:
+    estimate: RatioEstimate
+    method: str
+    reason: str
+    se_paired: float | None
+    se_unpaired: float | None
+    #: the values each side contributed (a duet baseline: only the partner-matched cells)
+    sample: list[float]
+    reference: list[float]
+
+
+def _correlation(pairs: list[tuple[float, float]]) -> float | None:
+    xs, ys = [math.log(a) for a, _ in pairs], [math.log(b) for _, b in pairs]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else None
+
+
+def _se(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _welch(sample: list[Point], reference: list[Point], reason: str, se_paired: float | None = None) -> Blocked:
+    values, base = [p.value for p in sample], [p.value for p in reference]
+    est = ratio_ci(values, base)
+    return Blocked(est, METHOD, reason, se_paired, est.se, values, base)
+
+
+def estimate(sample: list[Point], reference: list[Point], label: str) -> Blocked:
+    """The comparison of ``sample`` (platform key ``label``) with the baseline's points."""
+    if any(p.pair for p in sample):
+        return _duet(sample, reference, label)
+    return _rounds(sample, reference)
+
+
+def _duet(sample: list[Point], reference: list[Point], label: str) -> Blocked:
+    partners = [p for p in reference if p.partner == label]
+    if not partners:
+        return _welch(sample, reference, f"duet cells, but no baseline cell ran beside {label}: unpaired (Welch) "
+                                         "on all baseline cells")
+    mine: dict[str, list[float]] = defaultdict(list)
+    theirs: dict[str, list[float]] = defaultdict(list)
+    for p in sample:
+        mine[str(p.pair)].append(p.value)
+    for p in partners:
+        theirs[str(p.pair)].append(p.value)
+    broken = sorted(k for k in set(mine) | set(theirs) if len(mine.get(k, [])) != 1 or len(theirs.get(k, [])) != 1)
+    if broken:
+        return _welch(sample, partners, f"{len(broken)} duet pair(s) incomplete ({', '.join(broken[:3])}): "
+                                        "unpaired (Welch) on the partner-matched cells")
+    pairs = [(mine[k][0], theirs[k][0]) for k in sorted(mine)]
+    if len(pairs) < MIN_PAIRS:
+        return _welch(sample, partners, f"only {len(pairs)} duet pair(s), fewer than {MIN_PAIRS}: unpaired (Welch)")
+    est = paired_ratio_ci(pairs)
+    unpaired = ratio_ci([a for a, _ in pairs], [b for _, b in pairs]).se
+    return Blocked(est, DUET_METHOD, f"{len(pairs)} duet pairs (both sides ran at the same time): paired, "
+                                     f"SE {_se(est.se)} vs {_se(unpaired)} unpaired",
+                   est.se, unpaired, [a for a, _ in pairs], [b for _, b in pairs])
+
+
+def _rounds(sample: list[Point], reference: list[Point]) -> Blocked:
+    mine: dict[int, list[float]] = defaultdict(list)
+    theirs: dict[int, list[float]] = defaultdict(list)
+    for p in sample:
+        mine[p.rep].append(p.value)
+    for p in reference:
+        theirs[p.rep].append(p.value)
+    if not mine:
+        return _welch(sample, reference, "no values")
+    last = max(mine)
+    span = set(mine) | {r for r in theirs if r <= last}
+    incomplete = sorted(r for r in span if len(mine.get(r, [])) != 1 or len(theirs.get(r, [])) != 1)
+    if incomplete:
+        shown = ", ".join(str(r) for r in incomplete[:5]) + (", ..." if len(incomplete) > 5 else "")
+        return _welch(sample, reference, f"round(s) {shown} incomplete: unpaired (Welch)")
+    if len(span) < MIN_PAIRS:
+        return _welch(sample, reference, f"only {len(span)} round(s), fewer than {MIN_PAIRS}: unpaired (Welch)")
+    pairs = [(mine[r][0], theirs[r][0]) for r in sorted(span)]
+    paired = paired_ratio_ci(pairs)
+    welch = ratio_ci([p.value for p in sample], [p.value for p in reference])
+    rho = _correlation(pairs)
+    corr = "n/a" if rho is None else f"{rho:+.2f}"
+    extra = len(theirs) - len(span)
+    unused = f"; the baseline's {extra} later round(s) are left out of the pairs" if extra else ""
+    if paired.se is not None and welch.se is not None and paired.se < welch.se:
+        return Blocked(paired, PAIRED_METHOD, f"paired by round: SE {_se(paired.se)} vs {_se(welch.se)} unpaired "
+                                              f"(within-round correlation {corr}){unused}",
+                       paired.se, welch.se, [a for a, _ in pairs], [b for _, b in pairs])
+    return Blocked(welch, METHOD, f"pairing by round does not help: SE {_se(paired.se)} paired vs "
+                                  f"{_se(welch.se)} unpaired (within-round correlation {corr}): unpaired (Welch)",
+                   paired.se, welch.se, [p.value for p in sample], [p.value for p in reference])
+
+
+# -- contaminated cells and their re-runs -----------------------------------------------
+def _flagged(info: dict) -> bool:
+    interference = info.get("interference")
+    return isinstance(interference, dict) and bool(interference.get("contaminated"))
+
+
+def origin_of(cell_id: str, info: dict) -> str | None:
+    """The cell a re-run repeats (``platform_info["rerun_of"]``, else the id before ``+rerun``)."""
+    if info.get("rerun_of"):
+        return str(info["rerun_of"])
+    return cell_id.split("+rerun", 1)[0] if "+rerun" in cell_id else None
+
+
+def screen(cells: list[tuple[str, str, dict]]) -> tuple[set[str], dict[str, tuple[bool, str]]]:
+    """Which cells the analysis leaves out, from ``(cell_id, status, platform_info)`` rows.
+
+    A contaminated (or failed) cell with a clean re-run (ok, not contaminated) gives way to the
+    first such re-run; a contaminated cell without one is kept; re-runs not used are left out
+    (one value per round). Returns the left-out ids and, for each contaminated original, whether
+    it was re-run and its reason.
+    """
+    status = {cid: st for cid, st, _ in cells}
+    infos = {cid: info for cid, _, info in cells}
+    reruns: dict[str, list[str]] = defaultdict(list)
+    for cid, _, info in cells:
+        origin = origin_of(cid, info)
+        if origin is not None:
+            reruns[origin].append(cid)
+    excluded: set[str] = set()
+    fate: dict[str, tuple[bool, str]] = {}
+    for cid, _, info in cells:
+        if origin_of(cid, info) is not None:
+            continue
+        tries = sorted(reruns.get(cid, []), key=lambda r: (len(r), r))  # +rerun2 before +rerun10
+        clean = [r for r in tries if status[r] == "ok" and not _flagged(infos[r])]
+        dirty = _flagged(info) or status[cid] != "ok"
+        use = clean[0] if dirty and clean else None
+        excluded.update(r for r in tries if r != use)
+        if use is not None:
+            excluded.add(cid)
+        if _flagged(info):
+            fate[cid] = (use is not None, str(info["interference"].get("reason") or "no reason given"))
+    return excluded, fate
