@@ -113,3 +113,91 @@ def test_only_the_engine_reading_the_file_is_reloaded(tmp_path: Path) -> None:
         for proc in (mine, bystander):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# -- the serving workload -------------------------------------------------------------------
+
+SERVE = {"image_size": 32, "n_images": 8, "source_size": 40, "n_classes": 4, "top_k": 2,
+         "requests": 6, "concurrency": 2, "warmup_requests": 1}
+
+
+def _serve_cell(platform: str = "baremetal"):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from isobench.plan import expand
+    from isobench.runner.study import prepare_data
+    from isobench.study.loader import load_study_text
+
+    text = json.dumps({"name": "sec", "workloads": [{"name": "serve", "params": SERVE}],
+                       "platforms": [{"name": platform}], "knobs": {"threads": 1}, "repetitions": 1,
+                       "warmup": 0, "probes": {}, "timeout_s": 300})
+    cell = expand(load_study_text(text, "sec.yaml"))[0]
+    return dataclasses.replace(cell, data_dir=prepare_data([cell])[cell.data_key])
+
+
+def _listening(port: int) -> list[str]:
+    """Local addresses of the TCP sockets listening on ``port`` (from /proc/net/tcp{,6})."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.append(address)
+    return found
+
+
+def test_serving_shutdown_needs_the_cells_token_and_listens_on_loopback() -> None:
+    import http.client
+
+    from isobench.runner.execute import platform_for, worker_argv
+    from isobench.workloads.serving import TOKEN_HEADER
+
+    need_root()
+    cell = _serve_cell()
+    argv = worker_argv(cell, platform_for(cell))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        ready = None
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            record = json.loads(line)
+            if record["type"] == "ready":
+                ready = record
+                break
+        assert ready is not None and len(ready["token"]) >= 32
+        port = ready["port"]
+        assert _listening(port) == ["0100007F"]  # 127.0.0.1 only, never 0.0.0.0 (00000000)
+
+        def post(headers: dict[str, str]) -> int:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            connection.request("POST", "/shutdown", headers=headers)
+            status = connection.getresponse().status
+            connection.close()
+            return status
+
+        assert post({}) == 403 and post({TOKEN_HEADER: "x" * 43}) == 403
+        time.sleep(1.0)  # the server's loop would have ended by now had it accepted either
+        assert proc.poll() is None
+        health = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        health.request("GET", "/health")
+        assert health.getresponse().status == 200
+        health.close()
+        assert post({TOKEN_HEADER: ready["token"]}) == 200
+        proc.wait(timeout=30)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_driver_ends_a_serving_cell_with_its_token() -> None:
+    from isobench.runner.execute import run_cell
+
+    need_root()
+    outcome = run_cell(_serve_cell())
+    assert outcome.status == "ok", (outcome.error, outcome.stderr_tail[-500:])
+    assert outcome.platform_info["driver"]["address"].startswith("127.0.0.1:")
+    assert outcome.platform_info["workload"]["server"]["listen"] == "127.0.0.1"
+    assert "token" not in json.dumps(outcome.platform_info)  # the token is not stored with the results

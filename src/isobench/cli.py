@@ -210,10 +210,17 @@ def compare_cmd(directory_a: Path, directory_b: Path,
 @app.command()
 def doctor(ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
         "--ray", metavar="ADDRESS", help="check every node of the Ray cluster at ADDRESS instead of this host")]
-        = None) -> None:
+        = None,
+        repair: Annotated[bool, typer.Option(
+            "--repair", help="restore the host state (cpufreq, sysctls, Jetson clocks) and remove the "
+                             "leftovers that runners which died left behind, and say what was restored")] = False,
+        ) -> None:
     """Which platforms and knobs work on this host (or on each node of a Ray cluster), and why not where not."""
     from rich.markup import escape
 
+    if repair:
+        _doctor_repair()
+        return
     if ray is not None:
         _doctor_cluster(ray)
         return
@@ -255,6 +262,33 @@ def doctor(ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
         state = markup("[red]unavailable[/]: {}", problems[knob]) if knob in problems else "[green]available[/]"
         console.print(Markup(f"host knob {knob}: {state}"))
     _probe_summary()
+
+
+def _doctor_repair() -> None:
+    from isobench.platforms import PLATFORMS
+    from isobench.platforms.base import prune_stale_runner_locks, runner_tag
+    from isobench.probes import PROBES
+    from isobench.runner.hoststate import STATE_DIR, journal, sweep_stale
+
+    runner_tag()  # this process is a runner too: what it sweeps is never its own
+    restored = sweep_stale()
+    removed: list[str] = []
+    for _, cls in [*PLATFORMS, *PROBES]:
+        try:
+            removed.extend(cls.sweep_stale())
+        except Exception as exc:  # one broken sweep must not stop the others
+            removed.append(f"sweep of {cls.__name__} failed: {exc}")
+    prune_stale_runner_locks()
+    for line in restored:
+        console.print(line, markup=False, highlight=False)  # "<kind> <target> restored to <value>"
+    for line in removed:
+        console.print(f"removed: {line}", markup=False, highlight=False)
+    if not restored and not removed:
+        console.print("nothing to repair: no runner that died left host state changed", markup=False)
+    held = journal()
+    if held:  # live runners' changes (or ones that could not be put back): listed, not touched
+        console.print(f"still journaled in {STATE_DIR}: " + ", ".join(f"{e['kind']} {e['key']}" for e in held),
+                      markup=False, highlight=False)
 
 
 def _doctor_cluster(address: str) -> None:

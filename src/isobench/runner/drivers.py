@@ -3,7 +3,8 @@
 A workload that names a ``host_driver`` (the ``serve`` workload: ``http-load``) gets one
 started beside its cell. The driver waits for the cell's ``ready`` record (which names the
 port), reaches the cell where its platform says (:meth:`Platform.service_host`), sends the
-load, and ends the cell (``POST /shutdown``; failing that, it kills the launcher so the
+load, and ends the cell (``POST /shutdown`` with the token of the ready record; failing that,
+it kills the launcher so the
 runner's usual cleanup runs). Its per-request records become the cell's items and its
 summary numbers the cell's ``workload.client.*`` metrics, stored like any other.
 """
@@ -193,12 +194,17 @@ class HttpLoad(HostDriver):
     def end_cell(self, ready: dict[str, Any]) -> bool:
         import http.client
 
+        from isobench.workloads.serving import TOKEN_HEADER
+
         try:
             host, _, port = self.info["address"].rpartition(":")
             connection = http.client.HTTPConnection(host, int(port), timeout=10)
-            connection.request("POST", "/shutdown")
-            connection.getresponse().read()
+            connection.request("POST", "/shutdown", headers={TOKEN_HEADER: str(ready.get("token", ""))})
+            answer = connection.getresponse()
+            answer.read()
             connection.close()
+            if answer.status != 200:
+                return False  # the caller kills the cell
         except (OSError, KeyError, ValueError, http.client.HTTPException):
             return False
         deadline = time.monotonic() + SHUTDOWN_WAIT_S

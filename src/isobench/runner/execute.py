@@ -67,8 +67,13 @@ class _ChannelReader(threading.Thread):
                 self.on_done()
 
 
-def worker_argv(cell: Cell) -> list[str]:
-    return [python_inside(), "-m", "isobench.workloads.worker", json.dumps(cell.worker_payload())]
+def worker_argv(cell: Cell, platform: Platform | None = None) -> list[str]:
+    payload = cell.worker_payload()
+    if cell.network and platform is not None:
+        # A cell on the host's network serves on loopback only; one with a network namespace of
+        # its own (a bridge) on all of it, as the host reaches it at its bridge address.
+        payload["listen"] = "127.0.0.1" if platform.network_mode(cell) == "host" else "0.0.0.0"
+    return [python_inside(), "-m", "isobench.workloads.worker", json.dumps(payload)]
 
 
 def platform_for(cell: Cell) -> Platform:
@@ -84,7 +89,7 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
     probe_outcome = ProbeOutcome(status=probes.outcome.status)
     with tempfile.TemporaryFile() as stderr:
         try:
-            launched = platform.launch(cell, worker_argv(cell), stderr)
+            launched = platform.launch(cell, worker_argv(cell, platform), stderr)
         except Exception as exc:  # the platform could not start the cell: record it, go on
             probes.abort()
             return CellOutcome(cell=cell, status="failed", exit_code=None,

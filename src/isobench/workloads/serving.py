@@ -6,7 +6,10 @@ own phase times in a standard ``Server-Timing`` header (``preprocess``, ``infere
 ``postprocess``, ``total``; milliseconds). The load comes from outside the platform: the
 runner's ``http-load`` driver (:mod:`isobench.runner.drivers`) sends the requests at a fixed
 concurrency and records each one, so the platform's network path (a Docker bridge, say)
-is part of what is measured. ``POST /shutdown`` ends the server and the cell. A server that
+is part of what is measured. ``POST /shutdown`` ends the server and the cell; it needs the
+per-cell token the server made and reported in its ``ready`` record (the record channel is a
+pipe only the runner reads: the token never appears on a command line). A cell on the host's
+network listens on loopback only (the runner says so in the payload's ``listen``). A server that
 hears nothing for ``idle_timeout_s`` exits with an error, so a runner that died cannot
 leave it serving.
 
@@ -18,6 +21,8 @@ artifact's manifest.
 from __future__ import annotations
 
 import asyncio
+import hmac
+import secrets
 import socket
 import statistics
 import time
@@ -41,6 +46,8 @@ from isobench.workloads.imaging import (
 from isobench.workloads.pipeline import ARTIFACT_NAME, LoadFromParams, load_classifier
 
 SERVER_PHASES = ("preprocess", "inference", "postprocess")
+#: the header ``POST /shutdown`` must carry, with the token of the cell's ``ready`` record
+TOKEN_HEADER = "X-Isobench-Token"
 
 
 class ServeParams(ImageParams):
@@ -95,6 +102,9 @@ def make_app(classifier: Classifier, state: dict[str, Any]) -> Any:
         return JSONResponse({"ok": True})
 
     async def shutdown(request: Request) -> Response:
+        offered = request.headers.get(TOKEN_HEADER, "")
+        if not hmac.compare_digest(offered.encode(), str(state["token"]).encode()):
+            return JSONResponse({"error": f"shutdown needs this cell's {TOKEN_HEADER}"}, status_code=403)
         state["shutdown_requested"] = True
         state["server"].should_exit = True
         return JSONResponse({"shutting_down": True})
@@ -150,24 +160,28 @@ class Serve(Workload):
         with ctx.setup("listen"):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            # Every interface of the cell's network namespace: a bridged container is reached on
-            # its bridge address. An ephemeral port: no clash with anything else on the host.
-            sock.bind(("0.0.0.0", 0))
+            # On the host's network: loopback only (the driver runs on this host). A bridged
+            # container has a network namespace of its own and is reached on its bridge address:
+            # the runner passes 0.0.0.0 for it. An ephemeral port: no clash with anything else.
+            listen = str(ctx.cell.get("listen") or "127.0.0.1")
+            sock.bind((listen, 0))
             sock.listen(1024)
             port = sock.getsockname()[1]
-            state: dict[str, Any] = {"served": [], "last_request": time.monotonic(), "shutdown_requested": False}
+            state: dict[str, Any] = {"served": [], "last_request": time.monotonic(), "shutdown_requested": False,
+                                     "token": secrets.token_urlsafe(32)}
             config = uvicorn.Config(make_app(classifier, state), log_level="warning", access_log=False,
                                     lifespan="off", loop="asyncio", http="h11", timeout_keep_alive=30)
             server = uvicorn.Server(config)
             state["server"] = server
         ctx.start_run()
-        ctx.emit({"type": "ready", "port": port, "protocol": "http", "path": "/classify"})
+        ctx.emit({"type": "ready", "port": port, "listen": listen, "protocol": "http", "path": "/classify",
+                  "token": state["token"]})
         asyncio.run(self._serve(server, sock, state, params.idle_timeout_s))
         if not state["shutdown_requested"]:
             raise RuntimeError(f"no request for {params.idle_timeout_s:g} s: the load driver never came "
                                "(or stopped); the server gave up")
         served = state["served"]
-        info: dict[str, Any] = {"server": {"requests_served": len(served), "port": port,
+        info: dict[str, Any] = {"server": {"requests_served": len(served), "port": port, "listen": listen,
                                            "concurrency_model": "one request at a time at the model"}}
         metrics: dict[str, Any] = {"server.requests": len(served)}
         if served:
