@@ -17,6 +17,7 @@ stored cell says both what was asked and what was applied.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import replace
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
     from isobench.plan.cells import Cell
     from isobench.study.model import Knobs
 
-CPU_SYS = Path("/sys/devices/system/cpu")
+# ISOBENCH_SYSFS_ROOT (test/advanced hook): read and write cpufreq under another root, e.g. a
+# fake tree where the host has none; it reaches the runner process, which applies the knobs
+CPU_SYS = Path(os.environ.get("ISOBENCH_SYSFS_ROOT", "/sys")) / "devices/system/cpu"
 NODE_SYS = Path("/sys/devices/system/node")
 PLACEMENT_KNOBS = ("placement", "chr", "reserve_idle_cores", "numa_node")
 CPUFREQ_KNOBS = ("governor", "max_freq")
@@ -95,8 +98,6 @@ def host_knob_problems() -> dict[str, str]:
 
 
 def _writable(path: Path) -> bool:
-    import os
-
     return os.access(path, os.W_OK)
 
 

@@ -2,7 +2,8 @@
 
 Each instance is named ``isobench-<runner tag>-<n>-<role>`` so a later run can tell whose
 it is: ``sweep_stale`` removes the instances (and their readers and trace files) of runners
-that are gone, and restores a ``dirty_background_bytes`` they lowered. Global tracing state
+that are gone, and restores a ``dirty_background_bytes`` they lowered (journaled, like all
+host state isobench changes, by :mod:`isobench.runner.hoststate`). Global tracing state
 (the top-level instance) is never written; tracefs itself is mounted if it is not.
 
 A reader (``cat trace_pipe``, dying with its parent through ``setpriv --pdeathsig``) copies
@@ -239,82 +240,37 @@ class TaskSampler:
             self._thread.join(timeout=5)
 
 
-ORIGINAL = STATE_DIR / "dirty_background.original.json"
-KNOB_LOCK = STATE_DIR / "dirty_background.lock"
-
-
-@contextlib.contextmanager
-def _knob_lock():  # type: ignore[no-untyped-def]
-    import fcntl
-
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    with KNOB_LOCK.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 class DirtyBackgroundKnob:
     """Lower ``vm.dirty_background_bytes`` while a cell runs.
 
-    Cells can overlap (tenants, concurrent runners), so the host's original setting is saved
-    once, by the first holder, in ``ORIGINAL``; each holder has a file of its own with the value
-    it asked for; while any holder remains the smallest value asked for is in force, and the
-    last holder to leave restores the original. A sweep after a crash removes dead holders'
-    files the same way."""
+    Cells can overlap (tenants, concurrent runners): the host state journal
+    (:mod:`isobench.runner.hoststate`) keeps the host's original setting, saved by the first
+    holder, and one entry per holder; while any holder remains the smallest value asked for is
+    in force, and the last holder to leave restores the original. After a crash, the next run's
+    sweep drops dead holders and restores the same way."""
 
     def __init__(self, value: int) -> None:
-        from isobench.platforms.base import runner_tag
+        from isobench.runner.hoststate import Change
 
         self.value = value
-        self.state_file = STATE_DIR / f"{PREFIX}{runner_tag()}-{next(_sequence)}-sysctl.json"
-        self.held = False
+        self.change = Change("dirty_background", str(VM), value)
+
+    @property
+    def held(self) -> bool:
+        return self.change.held
 
     def apply(self) -> None:
-        with _knob_lock():
-            if not ORIGINAL.exists():  # kept if present: a crashed holder's leftover is still the original
-                ORIGINAL.write_text(json.dumps({name: (VM / name).read_text().strip() for name in
-                                                ("dirty_background_bytes", "dirty_background_ratio")}))
-            self.state_file.write_text(json.dumps({"value": self.value}))
-            self.held = True
-            _settle()
+        self.change.apply()
 
     def restore(self) -> None:
-        if not self.held:
-            return
-        with _knob_lock():
-            self.state_file.unlink(missing_ok=True)
-            self.held = False
-            _settle()
+        self.change.release()
 
 
-def _holders() -> list[Path]:
-    return sorted(STATE_DIR.glob(f"{PREFIX}*-sysctl.json"))
+def _holders() -> list[dict[str, object]]:
+    """Who holds ``vm.dirty_background_bytes`` lowered right now (dead runners included)."""
+    from isobench.runner.hoststate import holders
 
-
-def _settle() -> str | None:
-    """With the knob lock held: the smallest value the holders asked for, or the original when
-    nobody holds the knob any more."""
-    values = []
-    for holder in _holders():
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            values.append(int(json.loads(holder.read_text())["value"]))
-    if values:
-        _write(VM / "dirty_background_bytes", str(min(values)))
-        return None
-    if not ORIGINAL.exists():
-        return None
-    original = json.loads(ORIGINAL.read_text())
-    restore_dirty_background(original)
-    ORIGINAL.unlink()
-    return f"dirty_background setting restored to {original}"
-
-
-def restore_dirty_background(original: dict[str, str]) -> None:
-    # writing one of the pair zeroes the other: restore whichever was in force
-    if int(original.get("dirty_background_bytes", "0")):
-        _write(VM / "dirty_background_bytes", original["dirty_background_bytes"])
-    else:
-        _write(VM / "dirty_background_ratio", original.get("dirty_background_ratio", "10"))
+    return holders("dirty_background")
 
 
 def _tag_of(name: str) -> str | None:
@@ -330,21 +286,16 @@ def sweep_stale() -> list[str]:
     if STATE_DIR.is_dir():
         for state in sorted(STATE_DIR.glob(f"{PREFIX}*.json")):
             tag = _tag_of(state.stem)
-            if tag is None or state.stem.endswith("-sysctl") or not tag_is_stale(tag):
+            if tag is None or not tag_is_stale(tag):
                 continue
             with contextlib.suppress(OSError, ValueError):
                 data = json.loads(state.read_text())
                 _kill_reader(data.get("reader_pid"), data.get("instance", ""))
                 Path(data.get("trace_file", "/nonexistent")).unlink(missing_ok=True)
             state.unlink(missing_ok=True)
-        with _knob_lock():
-            for state in _holders():
-                tag = _tag_of(state.stem)
-                if tag is not None and tag_is_stale(tag):
-                    state.unlink(missing_ok=True)
-            restored = _settle()
-            if restored:
-                removed.append(restored)
+    from isobench.runner.hoststate import sweep_stale as sweep_host_state
+
+    removed += sweep_host_state({"dirty_background"})
     instances = TRACEFS / "instances"
     if instances.is_dir():
         for path in sorted(instances.glob(f"{PREFIX}*")):

@@ -8,76 +8,37 @@
 - ``jetson_clocks``: ``jetson_clocks`` (or ``--restore``) with the previous state saved by
   ``jetson_clocks --store`` and restored after.
 
+Each change goes through :mod:`isobench.runner.hoststate`, which journals the value before
+it is changed, so a runner killed with ``kill -9`` leaves the next run (or ``isobench doctor
+--repair``) what it needs to put the host back.
+
 Whether the host has these is checked at plan time (:mod:`isobench.plan.placement`), so
 a study that asks for one this host lacks fails before it starts.
 """
 
 from __future__ import annotations
 
-import re
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 from typing import Any
 
 from isobench.plan.placement import cpufreq_files, parse_frequency_khz
-
-
-@contextmanager
-def _sysfs_values(files: list[Path], value: str) -> Iterator[None]:
-    previous = {path: path.read_text().strip() for path in files}
-    try:
-        for path in files:
-            path.write_text(value)
-        yield
-    finally:
-        for path, old in previous.items():
-            try:
-                path.write_text(old)
-            except OSError:
-                pass
-
-
-def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=120, check=True)
-
-
-@contextmanager
-def _nvpmodel(mode: int) -> Iterator[None]:
-    match = re.search(r"^\s*(\d+)\s*$", _run("nvpmodel", "-q").stdout, re.MULTILINE)
-    before = match.group(1) if match else None
-    _run("nvpmodel", "-m", str(mode))
-    try:
-        yield
-    finally:
-        if before is not None:
-            subprocess.run(["nvpmodel", "-m", before], capture_output=True, timeout=120)
-
-
-@contextmanager
-def _jetson_clocks(locked: bool) -> Iterator[None]:
-    with tempfile.TemporaryDirectory(prefix="isobench-clocks-") as tmp:
-        state = str(Path(tmp) / "state")
-        _run("jetson_clocks", "--store", state)
-        _run(*(["jetson_clocks"] if locked else ["jetson_clocks", "--restore", state]))
-        try:
-            yield
-        finally:
-            subprocess.run(["jetson_clocks", "--restore", state], capture_output=True, timeout=120)
+from isobench.runner.hoststate import changed
 
 
 @contextmanager
 def applied_host_knobs(knobs: dict[str, Any]) -> Iterator[None]:
     with ExitStack() as stack:
         if knobs.get("governor") is not None:
-            stack.enter_context(_sysfs_values(cpufreq_files("scaling_governor"), str(knobs["governor"])))
+            for path in cpufreq_files("scaling_governor"):
+                stack.enter_context(changed("sysfs", str(path), str(knobs["governor"])))
         if knobs.get("max_freq") is not None:
             khz = str(parse_frequency_khz(knobs["max_freq"]))
-            stack.enter_context(_sysfs_values(cpufreq_files("scaling_max_freq"), khz))
+            for path in cpufreq_files("scaling_max_freq"):
+                stack.enter_context(changed("sysfs", str(path), khz))
         if knobs.get("power_mode") is not None:
-            stack.enter_context(_nvpmodel(int(knobs["power_mode"])))
+            stack.enter_context(changed("nvpmodel", "nvpmodel", int(knobs["power_mode"])))
         if knobs.get("jetson_clocks") is not None:
-            stack.enter_context(_jetson_clocks(bool(knobs["jetson_clocks"])))
+            stack.enter_context(changed("jetson_clocks", "jetson_clocks",
+                                        "locked" if knobs["jetson_clocks"] else "unlocked"))
         yield
