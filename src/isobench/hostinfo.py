@@ -58,6 +58,11 @@ def cgroup_layout() -> dict[str, object]:
     return {"mode": mode, "v1_controllers": sorted(v1), "cgroup2_mount": unified}
 
 
+#: above Linux's largest NR_CPUS (8192) with room to spare; a bigger id is a typo, and a range
+#: up to it would be built in memory
+MAX_CPU_ID = 1 << 17
+
+
 def parse_cpu_list(text: str) -> list[int]:
     """Parse a kernel-style CPU list such as ``0-2,5``."""
     cpus: set[int] = set()
@@ -65,13 +70,28 @@ def parse_cpu_list(text: str) -> list[int]:
         part = part.strip()
         if not part:
             continue
-        if "-" in part:
-            low, high = part.split("-", 1)
-            if int(low) > int(high):
-                raise ValueError(f"range {part!r} runs backwards")
-            cpus.update(range(int(low), int(high) + 1))
-        else:
-            cpus.add(int(part))
+        low, dash, high = part.partition("-")
+        first, last = int(low), int(high) if dash else int(low)
+        if first < 0 or last > MAX_CPU_ID:
+            raise ValueError(f"core {last if last > MAX_CPU_ID else first} is outside 0-{MAX_CPU_ID}")
+        if first > last:
+            raise ValueError(f"range {part!r} runs backwards")
+        cpus.update(range(first, last + 1))
     if not cpus:
         raise ValueError("empty CPU list")
     return sorted(cpus)
+
+
+def format_cpu_list(cpus: list[int] | set[int], limit: int = 8) -> str:
+    """Cores as kernel-style ranges (``0-3,8,10-100000``), at most ``limit`` ranges then how many more."""
+    from isobench.report.plaintext import capped_list
+
+    ranges: list[str] = []
+    ordered = sorted(set(cpus))
+    start = 0
+    for index in range(1, len(ordered) + 1):
+        if index == len(ordered) or ordered[index] != ordered[index - 1] + 1:
+            low, high = ordered[start], ordered[index - 1]
+            ranges.append(str(low) if low == high else f"{low}-{high}")
+            start = index
+    return capped_list(ranges, limit, sep=",")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import math
+import re
+import unicodedata
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -11,10 +14,26 @@ import yaml
 from pydantic import ValidationError
 
 from isobench.errors import UserError
-from isobench.hostinfo import host_cpus
-from isobench.study.model import Knobs, Study
+from isobench.hostinfo import format_cpu_list, host_cpus
+from isobench.report.plaintext import clip
+from isobench.study.model import DEFAULT_MAX_CELLS, Knobs, Study
 
 DEFAULT_STUDY = "default"
+#: a study file larger than this is not a study (and would be read into memory whole)
+MAX_STUDY_BYTES = 1 << 20
+#: values a study may hold once YAML aliases are expanded: an alias bomb is refused before
+#: validation walks it (pydantic would copy every expanded value)
+MAX_YAML_NODES = 200_000
+#: labels and from_platform values become parts of paths (results, artifacts, container names)
+MAX_NAME_LENGTH = 64
+#: parameters whose values name a platform entry, and so a directory
+PATH_PARAMS = ("from_platform",)
+# Docker's image reference grammar: [registry[:port]/]path[:tag][@digest]; never starts with "-".
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_RE = re.compile(rf"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::[0-9]+)?/)?{_IMAGE_COMPONENT}"
+                       rf"(?:/{_IMAGE_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+                       r"(?:@sha256:[0-9a-f]{64})?$")
+MAX_IMAGE_LENGTH = 255
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -60,7 +79,7 @@ def _from_validation(err: ValidationError, file: str, prefix: str = "") -> UserE
         message, fix = message.split("; fix: ", 1)
     value = first.get("input")
     if first["type"] not in ("missing",) and not isinstance(value, dict | list):
-        message = f"{message} (got {value!r})"
+        message = f"{clip(message, 200)} (got {clip(repr(value), 80)})"  # one short line, whatever the input
     return UserError(message, file=file, field=field or None, fix=fix)
 
 
@@ -91,11 +110,73 @@ def _check_knobs(values: dict[str, Any], file: str, field: str, check_host: bool
             raise UserError(f"{knobs.cpus} cores asked for, this host has {len(cpus)}", file=file,
                             field=f"{field}.cpus", fix=f"use a value up to {len(cpus)}")
         wanted = knobs.cpuset_list() or []
-        missing = [c for c in wanted if c not in cpus]
-        if missing:
-            have = ",".join(map(str, cpus))
-            raise UserError(f"cpuset names core(s) {missing} that this host lacks", file=file,
-                            field=f"{field}.cpuset", fix=f"use cores among {have}")
+        have = set(cpus)
+        missing = [c for c in wanted if c not in have]
+        if missing:  # ranges, and at most a few of them: "0-100000" must not flood the terminal
+            raise UserError(f"cpuset names core(s) {format_cpu_list(missing)} that this host lacks", file=file,
+                            field=f"{field}.cpuset", fix=f"use cores among {format_cpu_list(cpus)}")
+
+
+def name_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a label (a path part, a container name, a line of output), or None."""
+    if len(value) > MAX_NAME_LENGTH:
+        return f"is {len(value)} characters long"
+    if "/" in value:
+        return "holds a path separator"
+    if ".." in value:
+        return "holds '..'"
+    bad = next((ch for ch in value if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")), None)
+    if bad is not None:  # NUL, escapes, newlines, U+202E and other invisible or reordering characters
+        return f"holds the control character U+{ord(bad):04X}"
+    return None
+
+
+_NAME_FIX = (f"use at most {MAX_NAME_LENGTH} visible characters, without '/', '..' or control characters, "
+             "e.g. letters, digits, '.', '_' and '-'")
+
+
+def _check_names(study: Study, file: str) -> None:
+    """Labels and from_platform values become path parts: refuse what could leave the results directory."""
+    named: list[tuple[str, Any]] = []
+    for what, entries in (("workloads", study.workloads), ("platforms", study.platforms)):
+        for index, entry in enumerate(entries):
+            if entry.label is not None:
+                named.append((f"{what}[{index}].label", entry.label))
+    for index, entry in enumerate(study.workloads):
+        for param in PATH_PARAMS:
+            if param in entry.params:
+                named.append((f"workloads[{index}].params.{param}", entry.params[param]))
+            for position, value in enumerate(entry.sweep.get(param, [])):
+                named.append((f"workloads[{index}].sweep.{param}[{position}]", value))
+    for field, value in named:
+        if value is None:
+            continue
+        problem = "is not a string" if not isinstance(value, str) else name_problem(value)
+        if problem:
+            raise UserError(f"{clip(repr(value), 60)} {problem}", file=file, field=field, fix=_NAME_FIX)
+    for index, entry in enumerate(study.platforms):
+        if entry.image is not None and (len(entry.image) > MAX_IMAGE_LENGTH or not _IMAGE_RE.match(entry.image)):
+            # the image goes on the engine's command line: "--privileged" must never read as a flag
+            raise UserError(f"{clip(repr(entry.image), 60)} is not an image reference", file=file,
+                            field=f"platforms[{index}].image",
+                            fix="name an image like `registry.example/team/torch:2.4` or `name@sha256:<digest>`")
+
+
+def cell_count(study: Study) -> int:
+    """Cells the study expands to (every sweep and knob product), counted without expanding it."""
+    variants = sum(math.prod(len(values) for values in entry.sweep.values()) for entry in study.workloads)
+    groups = sum(math.prod(len(v) if isinstance(v, list) else 1 for v in {**study.knobs, **p.knobs}.values())
+                 for p in study.platforms)
+    return variants * groups * (study.warmup + study.initial_repetitions)
+
+
+def _check_size(study: Study, file: str) -> None:
+    cells = cell_count(study)
+    if cells > study.max_cells:
+        field = "max_cells" if study.max_cells != DEFAULT_MAX_CELLS else "workloads"
+        raise UserError(f"the study expands to {cells:,} cells, above the limit of {study.max_cells:,}", file=file,
+                        field=field, fix="shrink the sweeps, knob lists or repetitions, or raise the limit "
+                                         "with `max_cells:` at the study's top level")
 
 
 def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
@@ -107,12 +188,18 @@ def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
     if not isinstance(raw, dict):
         raise UserError("the study must be a YAML mapping", file=file,
                         fix="start with `name:`, `workloads:` and `platforms:`")
+    bad_key = next((k for k in raw if not isinstance(k, str)), None)
+    if bad_key is not None:
+        raise UserError(f"the key {clip(repr(bad_key), 40)} is not a name", file=file,
+                        fix="write the study's keys as words such as `name:` or `workloads:`")
     try:
         study = Study(**raw)
     except ValidationError as err:
         raise _from_validation(err, file) from None
     except TypeError as err:
-        raise UserError(str(err), file=file, fix="check the study's top-level keys") from None
+        raise UserError(clip(str(err), 200), file=file, fix="check the study's top-level keys") from None
+    _check_names(study, file)
+    _check_size(study, file)  # before anything walks the sweeps' product
 
     for index, entry in enumerate(study.workloads):
         field = f"workloads[{index}]"
@@ -157,15 +244,57 @@ def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
     return study
 
 
+def expanded_size(raw: Any, limit: int) -> int:
+    """Values in ``raw`` with every YAML alias expanded (shared objects counted each time they
+    are reached), in time linear in the document; ValueError for an alias cycle. Stops past ``limit``."""
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+
+    def size(value: Any) -> int:
+        if not isinstance(value, dict | list):
+            return 1
+        key = id(value)
+        if key in sizes:
+            return sizes[key]
+        if key in visiting:
+            raise ValueError("a YAML alias refers to a value that contains it")
+        visiting.add(key)
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > limit:
+                break
+        visiting.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(raw)
+
+
 def load_study_text(text: str, file: str, check_host: bool = True) -> Study:
+    if len(text) > MAX_STUDY_BYTES:
+        raise UserError(f"the file holds {len(text):,} characters, above the {MAX_STUDY_BYTES:,} a study may have",
+                        file=file, fix="write sweeps as lists of values, not as generated cell lists")
     try:
         raw = yaml.safe_load(text)
+    except RecursionError:
+        raise UserError("the YAML nests too deeply", file=file, fix="flatten the file's lists and mappings") \
+            from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
         problem = getattr(err, "problem", None) or "malformed YAML"
-        raise UserError(f"malformed YAML at {where}: {problem}", file=file,
+        raise UserError(f"malformed YAML at {where}: {clip(problem, 120)}", file=file,
                         fix="check indentation and quoting there") from None
+    try:
+        nodes = expanded_size(raw, MAX_YAML_NODES)
+    except (ValueError, RecursionError) as err:
+        raise UserError(str(err) if isinstance(err, ValueError) else "the YAML nests too deeply", file=file,
+                        fix="write the values out instead of using anchors and aliases (& and *)") from None
+    if nodes > MAX_YAML_NODES:  # e.g. the "billion laughs": nested aliases that multiply
+        raise UserError(f"the YAML expands to more than {MAX_YAML_NODES:,} values (through & anchors and * aliases)",
+                        file=file, fix="write the values out instead of nesting anchors and aliases")
     return validate_study(raw, file, check_host)
 
 
@@ -188,7 +317,15 @@ def load_study(path: str | Path | None) -> tuple[Study, str, str]:
         text = resources.files("isobench.studies").joinpath(f"{path}.yaml").read_text()
         return load_study_text(text, name), text, name
     try:
-        text = candidate.read_text()
+        with candidate.open("rb") as fh:  # bounded: /dev/zero or a huge file is not read whole
+            data = fh.read(MAX_STUDY_BYTES + 1)
+        if len(data) > MAX_STUDY_BYTES:
+            raise UserError(f"the file is larger than the {MAX_STUDY_BYTES:,} bytes a study may have",
+                            file=str(path), fix="write sweeps as lists of values, not as generated cell lists")
+        text = data.decode()
+    except UnicodeDecodeError as err:
+        raise UserError(f"not UTF-8 text (byte {err.start})", file=str(path),
+                        fix="save the study as UTF-8 YAML") from None
     except FileNotFoundError:
         raise UserError("no such file", file=str(path),
                         fix=f"give a path to a YAML study, or one of {', '.join(builtin_studies())}") from None

@@ -12,6 +12,8 @@ from isobench.hostinfo import parse_cpu_list
 _MEMORY_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 MIN_MEMORY = 32 * 2**20
+#: cells a study may expand to unless its `max_cells` says otherwise (the loader checks it)
+DEFAULT_MAX_CELLS = 100_000
 
 
 def parse_memory(value: str | int) -> int:
@@ -184,6 +186,8 @@ class Study(BaseModel):
     probes: dict[str, dict[str, Any] | None] | None = None
     #: cluster runs only (`--ray`): node selection and how cells spread; ignored by a local run
     hosts: Hosts | None = None
+    #: the most cells the study may expand to: a typo in a sweep must not plan a billion cells
+    max_cells: int = Field(DEFAULT_MAX_CELLS, ge=1, le=10**9, description="cells the study may expand to")
 
     @field_validator("probes")
     @classmethod
