@@ -44,6 +44,17 @@ class CellOutcome:
     probes: ProbeOutcome = field(default_factory=ProbeOutcome)
 
 
+#: the record channel is the cell's output, so it is bounded: a longer line, more records or
+#: more bytes fail that cell (the rest of the stream is read and dropped so the worker never blocks)
+MAX_RECORD_BYTES = 64 * 1024
+MAX_RECORDS = 2_000_000
+MAX_CHANNEL_BYTES = 512 * 2**20
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < float("inf")
+
+
 class _ChannelReader(threading.Thread):
     def __init__(self, stream: Any, on_done: Any = None) -> None:
         super().__init__(daemon=True)
@@ -52,9 +63,26 @@ class _ChannelReader(threading.Thread):
         self.records: list[dict[str, Any]] = []
         self.first_record_at: float | None = None
         self.garbage = 0
+        #: why the channel cannot be trusted (the first reason): the cell fails with it
+        self.problem: str | None = None
 
     def run(self) -> None:
-        for raw in self.stream:
+        total = 0
+        while True:
+            raw = self.stream.readline(MAX_RECORD_BYTES + 1)  # bounded: a line without end is cut
+            if not raw:
+                return
+            total += len(raw)
+            if self.problem is not None:
+                continue  # drain, so that the worker never blocks on a full pipe
+            if len(raw) > MAX_RECORD_BYTES:
+                self.problem = f"a record longer than {MAX_RECORD_BYTES // 1024} KiB"
+            elif len(self.records) >= MAX_RECORDS:
+                self.problem = f"more than {MAX_RECORDS:,} records"
+            elif total > MAX_CHANNEL_BYTES:
+                self.problem = f"more than {MAX_CHANNEL_BYTES // 2**20} MiB of records"
+            if self.problem is not None:
+                continue
             try:
                 record = json.loads(raw)
             except ValueError:
@@ -62,9 +90,39 @@ class _ChannelReader(threading.Thread):
                 continue
             if self.first_record_at is None:
                 self.first_record_at = time.monotonic()
+            problem = self.malformed(record)
+            if problem:
+                self.problem = f"record {len(self.records) + 1} {problem}"
+                continue
             self.records.append(record)
-            if self.on_done is not None and isinstance(record, dict) and record.get("type") == "done":
+            if self.on_done is not None and record.get("type") == "done":
                 self.on_done()
+
+    @staticmethod
+    def malformed(record: Any) -> str | None:
+        """Why ``record`` is not one the runner can use, or None: checked once, here, so that the
+        runner, the host drivers and the store only ever see well-typed records."""
+        if not isinstance(record, dict):
+            return f"is a JSON {type(record).__name__}, not an object"
+        kind = record.get("type")
+        if not isinstance(kind, str):
+            return "has no string `type`"
+        if kind == "setup" and not (isinstance(record.get("name"), str) and _number(record.get("dur"))):
+            return "(setup) needs a string `name` and a number `dur`"
+        if kind == "item":
+            phases = record.get("phases")
+            if not _number(record.get("e2e")) or not isinstance(phases, dict) \
+                    or not all(isinstance(k, str) and _number(v) for k, v in phases.items()):
+                return "(item) needs a number `e2e` and `phases` of names to numbers"
+        if kind == "done":
+            if record.get("run_s") is not None and not _number(record["run_s"]):
+                return "(done) has a `run_s` that is not a number"
+            for key in ("metrics", "info"):
+                if record.get(key) is not None and not isinstance(record[key], dict):
+                    return f"(done) has a `{key}` that is not an object"
+        if kind == "error" and not isinstance(record.get("message"), str | None):
+            return "(error) has a `message` that is not a string"
+        return None
 
 
 def worker_argv(cell: Cell, platform: Platform | None = None) -> list[str]:
@@ -147,6 +205,8 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
             outcome.done = record
         elif kind == "error":
             outcome.error = record.get("message")
+    if reader.problem is not None:  # a malformed or oversized channel fails this cell, nothing else
+        outcome.error = f"the cell's record channel is not usable: {reader.problem}"
     settle(outcome, driver)  # done.info -> platform_info; a host driver's items and metrics
     if status == "timeout":
         outcome.error = f"cell exceeded its timeout of {cell.timeout_s:g} s and was killed"
