@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from isobench.probes import PROBES
 from isobench.probes.base import Probe, ProbeCheck, ProbeResult, ProbeSettings, ProbeTarget
@@ -38,6 +38,9 @@ BUFFER_EVENTS = ["block/block_touch_buffer", "block/block_dirty_buffer"]
 PAGE_FAULT_EVENTS = ["exceptions/page_fault_user"]
 SYSCALL_EVENTS = ["raw_syscalls/sys_enter"]
 SYNC = REASONS.index("sync")
+#: ring buffer per CPU above which a study must say `large_buffer: true`: it is pinned kernel
+#: memory, times every CPU of the host
+BUFFER_KB_CAP = 64 * 1024
 
 
 class FtraceSettings(ProbeSettings):
@@ -50,6 +53,14 @@ class FtraceSettings(ProbeSettings):
         None, ge=4096, description="lower vm.dirty_background_bytes for the cell (restored afterwards), "
                                    "so background write-backs happen on a large-memory host")
     sample_interval_s: float = Field(0.2, gt=0, le=10, description="how often the cell's tasks are listed")
+    large_buffer: bool = Field(False, description=f"allow buffer_kb above {BUFFER_KB_CAP} KiB per CPU")
+
+    @model_validator(mode="after")
+    def _buffer_cap(self) -> FtraceSettings:
+        if self.buffer_kb > BUFFER_KB_CAP and not self.large_buffer:
+            raise ValueError(f"buffer_kb {self.buffer_kb} KiB per CPU is above the {BUFFER_KB_CAP} KiB cap (kernel "
+                             "memory on every CPU); fix: lower buffer_kb, or set probes.ftrace.large_buffer: true")
+        return self
 
 
 @PROBES.register("ftrace")

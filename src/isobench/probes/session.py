@@ -26,8 +26,10 @@ def validate_probe_config(config: dict[str, dict[str, Any]]) -> None:
             PROBES.get(name).Settings(**(settings or {}))
         except ValidationError as err:
             first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ValueError(f"probes.{name}.{where}: {first['msg']}; fix: see `isobench probes`") from None
+            where = "".join(f".{p}" for p in first["loc"])
+            message = first["msg"].removeprefix("Value error, ")
+            fix = "" if "; fix: " in message else "; fix: see `isobench probes`"  # a validator's own fix
+            raise ValueError(f"probes.{name}{where}: {message}{fix}") from None
 
 
 @dataclass
