@@ -327,13 +327,43 @@ def build_initramfs(modules_root: Path | None, version: str | None) -> Path:
     return target
 
 
+#: where no kernel image lives but secrets and device files do: `options.kernel` may not point there
+_NOT_KERNEL_DIRS = ("/etc", "/root", "/proc", "/sys", "/dev", "/run", "/var/lib", "/home")
+
+
+def kernel_problem(path: str) -> str | None:
+    """Why ``options.kernel`` cannot be a kernel image to boot, or None. QEMU runs as root and reads
+    the file: a path to /etc/shadow or a device must be refused before anything opens it."""
+    import stat
+
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return "is not an absolute path"
+    real = os.path.realpath(path)
+    if any(real == d or real.startswith(d + "/") for d in _NOT_KERNEL_DIRS):
+        return f"resolves to {real}, under a directory that holds secrets or devices, not kernel images"
+    try:
+        info = os.stat(real)
+    except OSError as err:
+        return f"cannot be read: {err.strerror}"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if not info.st_mode & stat.S_IROTH:
+        return "is not world-readable, as a kernel image is"
+    with open(real, "rb") as fh:
+        head = fh.read(0x210)
+    if not (head.startswith(b"\x7fELF") or head[0x202:0x206] == b"HdrS"):
+        return "is not a Linux kernel image (no bzImage header, no ELF magic)"
+    return None
+
+
 def guest_image(kernel_option: str | None = None, modules_option: str | None = None,
                 download: bool = True) -> GuestImage:
     """The kernel and initramfs for a cell: the user's kernel, or Debian's (fetched once)."""
     if kernel_option:
         kernel = Path(kernel_option)
-        if not kernel.is_file():
-            raise RuntimeError(f"options.kernel: {kernel} is not a file")
+        problem = kernel_problem(kernel_option)
+        if problem:
+            raise RuntimeError(f"options.kernel: {kernel} {problem}")
         version = kernel_version_of(kernel) or "unknown"
         modules_root = Path(modules_option) if modules_option else Path("/")
         has_modules = (modules_root / "lib" / "modules" / version).is_dir()

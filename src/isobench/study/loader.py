@@ -230,6 +230,15 @@ def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
             raise UserError(f"unknown platform {entry.name!r}", file=file, field=f"{field}.name",
                             fix=f"use one of {', '.join(PLATFORMS.names())} (see `isobench platforms`)")
         _check_knobs({**study.knobs, **entry.knobs}, file, f"{field}.knobs", check_host)
+        kernel = entry.options.get("kernel")
+        if kernel is not None and check_host:  # a VM boots it as root: only a kernel image will do
+            from isobench.platforms.guest import kernel_problem
+
+            problem = kernel_problem(kernel)
+            if problem:
+                raise UserError(f"{clip(repr(kernel), 60)} {problem}", file=file, field=f"{field}.options.kernel",
+                                fix="name a Linux kernel image (bzImage or vmlinux), or leave `kernel` out "
+                                    "for Debian's")
         try:
             PLATFORMS.get(entry.name).validate_entry(entry)
             for combo in knob_combinations({**study.knobs, **entry.knobs}):
