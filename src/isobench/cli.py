@@ -46,6 +46,9 @@ def run(ctx: typer.Context, study: StudyArg = None,
         ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
             "--ray", metavar="ADDRESS", help="run the cells on the nodes of the Ray cluster at ADDRESS "
                                              "(HOST:PORT, or auto), one cell per node at a time")] = None,
+        allow_unauthenticated: Annotated[bool, typer.Option(
+            "--allow-unauthenticated", help="with --ray: join a cluster that has no token authentication "
+                                            "(anyone who reaches it runs code as root on its nodes)")] = False,
         ) -> None:
     """Run a study (or, with --script, your own script on bare metal and Docker) and print its result table."""
     from isobench.analysis.compare import compare
@@ -68,7 +71,7 @@ def run(ctx: typer.Context, study: StudyArg = None,
         if ray is not None:
             from isobench.runner.cluster import run_study_on_ray
 
-            directory = run_study_on_ray(text, name, out, resume, console, ray)
+            directory = run_study_on_ray(text, name, out, resume, console, ray, allow_unauthenticated)
         else:
             directory = run_study(text, name, out, resume, console)
     except KeyboardInterrupt:
@@ -90,20 +93,29 @@ def plan(study: StudyArg = None) -> None:
     parsed, _, name = load_study(study)
     cells = expand(parsed)
     table = Table(title=f"{parsed.name}: {len(cells)} cells (from {name})")
-    for column in ("#", "cell", "workload", "platform", "knobs", "rep", "est. s"):
+    for column in ("#", "cell", "workload", "platform", "knobs", "cores", "rep", "est. s"):
         table.add_column(column)
     total = 0.0
+    pair_time: dict[str, float] = {}
     for cell in cells:
         workload = WORKLOADS.get(cell.workload)
         estimate = workload.estimate_s(workload.Params(**cell.params)) + \
             PLATFORMS.get(cell.platform).startup_estimate_s
-        total += estimate
+        pair = cell.extra.get("duet_pair")
+        if pair:  # a duet pair's two cells run at once: the pair takes as long as its slower cell
+            total += max(0.0, estimate - pair_time.get(pair, 0.0))
+            pair_time[pair] = max(estimate, pair_time.get(pair, 0.0))
+        else:
+            total += estimate
         knobs = ", ".join(f"{k}={v}" for k, v in sorted(cell.knobs.items())) or "-"
         table.add_row(str(cell.seq), cell.cell_id, cell.workload_key, cell.platform_key, knobs,
+                      cell.cores or "-",
                       f"warm-up {cell.rep}" if cell.warmup else str(cell.rep), f"{estimate:.1f}")
     console.print(table)
     console.print(f"estimated time: {total / 60:.1f} min for {len(cells)} cells "
-                  f"({parsed.warmup} warm-up and {parsed.repetitions} measured round(s), order seeded by {parsed.seed})")
+                  f"({parsed.warmup} warm-up and {parsed.repetitions} measured round(s), order seeded by {parsed.seed}; "
+                  f"schedule {parsed.schedule}" + (f"; cells of at least {parsed.min_seconds:g} s"
+                                                   if parsed.min_seconds else "") + ")")
 
 
 @app.command()
@@ -124,7 +136,8 @@ def summary(directory: Path,
     if as_json:
         fields = ("workload", "platform", "label", "knobs", "metric", "baseline", "ratio", "ci_low",
                   "ci_high", "n", "significant", "n_baseline", "p_value", "mean", "baseline_mean", "unit",
-                  "method", "is_aa", "host")
+                  "method", "is_aa", "host", "p_holm", "verdict", "ci90_low", "ci90_high", "margin",
+                  "repetitions_needed", "method_reason", "se_paired", "se_unpaired")
         sys.stdout.write(json.dumps([{k: c.as_dict()[k] for k in fields} for c in comparisons], indent=1) + "\n")
         return
     print_summary(store, comparisons, console)
@@ -216,8 +229,6 @@ def doctor(ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
                              "leftovers that runners which died left behind, and say what was restored")] = False,
         ) -> None:
     """Which platforms and knobs work on this host (or on each node of a Ray cluster), and why not where not."""
-    from rich.markup import escape
-
     if repair:
         _doctor_repair()
         return
@@ -292,11 +303,11 @@ def _doctor_repair() -> None:
 
 
 def _doctor_cluster(address: str) -> None:
-    from rich.markup import escape
+    from isobench.runner.cluster import class_labels, connect_with_auth, describe_nodes
+    from isobench.runner.rayauth import describe_mode
 
-    from isobench.runner.cluster import class_labels, connect, describe_nodes
-
-    ray = connect(address)
+    ray, auth = connect_with_auth(address, allow_unauthenticated=True)  # shown below, not refused
+    console.print(describe_mode(auth), markup=False, highlight=False)
     try:
         nodes = describe_nodes(ray, full=True)
     finally:

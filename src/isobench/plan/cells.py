@@ -14,6 +14,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from isobench.hostinfo import parse_cpu_list
 from isobench.study.loader import knob_combinations
 from isobench.study.model import Study
 
@@ -51,10 +52,25 @@ class Cell:
     artifacts_dir: str | None = None
     #: more host directories the cell sees read-only at the same path (a user's script)
     mounts: list[str] = field(default_factory=list)
+    #: the cores the plan's core layout gives the cell (plan/cores.py) when its knobs choose none;
+    #: not a knob, so it never splits a group (a duet swaps sides every round)
+    cores: str | None = None
+    #: the share of its cores' time lost to steal or other tasks above which the cell is contaminated
+    contamination_threshold: float = 0.10
 
     @property
     def group(self) -> str:
         return group_key(self.workload_key, self.params, self.platform_key, self.knobs)
+
+    def effective_knobs(self) -> dict[str, Any]:
+        """The knobs the platform and the worker apply: the study's, plus the layout's cores as a
+        cpuset, and torch threads following those cores when the study sets none."""
+        knobs = dict(self.knobs)
+        if self.cores is not None and knobs.get("cpuset") is None and knobs.get("cpus") is None:
+            knobs["cpuset"] = self.cores
+            if knobs.get("threads") is None:
+                knobs["threads"] = len(parse_cpu_list(self.cores))
+        return knobs
 
     def to_json(self) -> str:
         return _canonical(asdict(self))
@@ -66,8 +82,8 @@ class Cell:
     def worker_payload(self) -> dict[str, Any]:
         """What the worker inside the platform needs (no host-only details)."""
         return {"cell_id": self.cell_id, "workload": self.workload, "params": self.params,
-                "knobs": self.knobs, "seed": self.seed, "data_dir": self.data_dir,
-                "artifacts_dir": self.artifacts_dir, "platform_key": self.platform_key}
+                "knobs": self.effective_knobs(), "seed": self.seed, "data_dir": self.data_dir,
+                "artifacts_dir": self.artifacts_dir, "platform_key": self.platform_key, "cores": self.cores}
 
 
 def group_key(workload_key: str, params: dict[str, Any], platform_key: str, knobs: dict[str, Any]) -> str:
@@ -93,7 +109,10 @@ def expand(study: Study, repetitions: int | None = None) -> list[Cell]:
     groups: list[dict[str, Any]] = []
     for (workload, workload_key, params), platform in itertools.product(
             _workload_variants(study), study.platforms):
-        params_model = WORKLOADS.get(workload).Params(**params)
+        params_cls = WORKLOADS.get(workload).Params
+        if study.min_seconds is not None and "min_seconds" in params_cls.model_fields and "min_seconds" not in params:
+            params = {**params, "min_seconds": study.min_seconds}  # cells sized in seconds, not items
+        params_model = params_cls(**params)
         full_params = params_model.model_dump()
         data_key = WORKLOADS.get(workload).data_key(params_model)
         consumes = WORKLOADS.get(workload).artifact_flow(params_model)[1] is not None
@@ -123,8 +142,14 @@ def expand(study: Study, repetitions: int | None = None) -> list[Cell]:
             tag = f"w{rep}" if warmup else f"r{rep}"
             cells.append(Cell(study=study.name, cell_id=f"{gkey}/{tag}", seq=len(cells),
                               rep=rep, warmup=warmup, seed=study.seed + rep, timeout_s=study.timeout_s,
+                              contamination_threshold=study.contamination_threshold,
                               probes=probes, **{k: v for k, v in group.items() if k != "_consumes"}))
+    from isobench.plan.cores import assign_cores
+    from isobench.plan.duet import pair_for_duet
     from isobench.plan.placement import resolve_cells
     from isobench.plan.tenancy import assign_tenants
 
-    return resolve_cells(assign_tenants(study, cells))
+    cells = resolve_cells(assign_tenants(study, cells))
+    if study.schedule == "duet":
+        cells = pair_for_duet(study, cells)
+    return assign_cores(study, cells)

@@ -57,7 +57,7 @@ class BareMetal(Platform):
         return {"kernel": pyplatform.release(), "cgroup": cgroup_layout()}
 
     def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
-        knobs = Knobs(**cell.knobs)
+        knobs = Knobs(**cell.effective_knobs())
         group = CellCgroup.create(cell_cgroup_path(cell), cpus=knobs.cpus, cpuset=knobs.cpuset_list(),
                                   memory=knobs.memory_bytes())
         if knobs.numa_node is not None:

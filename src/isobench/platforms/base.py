@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 ALL_KNOBS = frozenset({"cpus", "cpuset", "memory", "seccomp", "threads"})
 #: knobs every platform takes: resolved to cpus/cpuset at plan time (plan/placement.py), or
 #: host state the runner sets around the cell (runner/hostknobs.py)
-PLACEMENT_AND_HOST_KNOBS = frozenset({"placement", "chr", "reserve_idle_cores", "numa_node", "governor",
+#: knobs every platform takes: applied by isobench itself (placement, host state) or inside the worker
+PLACEMENT_AND_HOST_KNOBS = frozenset({"slowdown", "placement", "chr", "reserve_idle_cores", "numa_node", "governor",
                                       "max_freq", "power_mode", "jetson_clocks"})
 
 
@@ -51,6 +52,8 @@ class Launched:
 class Platform(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    #: cells go through a container engine's daemons (dockerd, containerd): the harness pins them
+    uses_engine: ClassVar[bool] = False
     knobs: ClassVar[frozenset[str]] = ALL_KNOBS
     #: rough seconds from launch to the worker's first record, for `isobench plan`
     startup_estimate_s: ClassVar[float] = 0.3

@@ -95,6 +95,7 @@ def register_runtime(name: str, path: str, args: list[str]) -> None:
 
 
 class DockerBase(Platform):
+    uses_engine = True
     runtime_default = "runc"
     knobs = ALL_KNOBS | {"data_mount"}
     startup_estimate_s = 0.6
@@ -153,8 +154,10 @@ class DockerBase(Platform):
         for path in mounts:
             args += ["-v", f"{path}:{path}:ro"]
         args += data_args
-        if cell.artifacts_dir:  # trained models leave the container as host files
-            args += ["-v", f"{cell.artifacts_dir}:{cell.artifacts_dir}:rw"]
+        if cell.artifacts_dir:  # trained models leave the container as host files (a consumer's: read-only)
+            from isobench.runner.artifacts import artifacts_mode
+
+            args += ["-v", f"{cell.artifacts_dir}:{cell.artifacts_dir}:{artifacts_mode(cell)}"]
         env = {"PYTHONUNBUFFERED": "1"} if self.entry.image else container_env()
         for key, value in env.items():
             args += ["-e", f"{key}={value}"]

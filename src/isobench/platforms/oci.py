@@ -58,7 +58,7 @@ def runtime_argv(runtime: str, *args: str) -> list[str]:
 
 def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
                   runtime: str) -> dict[str, Any]:
-    knobs = Knobs(**cell.knobs)
+    knobs = Knobs(**cell.effective_knobs())
     mounts: list[dict[str, Any]] = [
         {"destination": "/proc", "type": "proc", "source": "proc"},
         {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
@@ -78,9 +78,11 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
     for path in cell_mounts(cell.mounts):
         mounts.append({"destination": path, "type": "bind", "source": path,
                        "options": ["rbind", "ro", "nosuid", "nodev"]})
-    if cell.artifacts_dir:  # trained models leave the container as host files
+    if cell.artifacts_dir:  # trained models leave the container as host files (a consumer's: read-only)
+        from isobench.runner.artifacts import artifacts_mode
+
         mounts.append({"destination": cell.artifacts_dir, "type": "bind", "source": cell.artifacts_dir,
-                       "options": ["rbind", "rw", "nosuid", "nodev"]})
+                       "options": ["rbind", artifacts_mode(cell), "nosuid", "nodev"]})
     resources: dict[str, Any] = {"devices": [{"allow": False, "access": "rwm"}]}
     if knobs.cpus is not None or knobs.cpuset is not None:
         cpu: dict[str, Any] = {}

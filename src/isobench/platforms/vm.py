@@ -550,7 +550,7 @@ class QemuPlatform(Platform):
     def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
         image: GuestImage = getattr(self, "image", None) or guest_image(
             self.entry.options.get("kernel"), self.entry.options.get("modules"))
-        knobs = Knobs(**cell.knobs)
+        knobs = Knobs(**cell.effective_knobs())
         vcpus, memory_mb, pin = self.sizing(knobs)
         accel = self.accel()
         digest = hashlib.sha1(cell.cell_id.encode()).hexdigest()[:8]
@@ -754,8 +754,8 @@ class VmContainer(QemuPlatform):
         if cell.mounts:  # the container's root is read-only: a script directory needs its mount point
             rootfs = build_skeleton((str(data_root()), *cell.mounts))
         # The VM carries cpus/cpuset/memory; the container keeps the rest (seccomp, threads).
-        inner = dataclasses.replace(cell, knobs={k: v for k, v in cell.knobs.items()
-                                                 if k not in ("cpus", "cpuset", "memory")})
+        inner = dataclasses.replace(cell, cores=None, knobs={k: v for k, v in cell.effective_knobs().items()
+                                                             if k not in ("cpus", "cpuset", "memory")})
         config = bundle_config(inner, argv, rootfs, "/isobench/cell", runtime)
         binary = shutil.which(runtime) or runtime
         # Inside the guest: the bundle on the guest's /run tmpfs, state under /run too.

@@ -20,6 +20,8 @@ from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.hostmirror import python_inside
 from isobench.probes.session import ProbeOutcome, ProbeSession
 from isobench.runner.drivers import settle, start_host_driver
+from isobench.runner.interference import Window
+from isobench.runner.interference import metrics as interference_metrics
 from isobench.study.model import PlatformEntry
 
 STDERR_TAIL = 2000
@@ -42,6 +44,8 @@ class CellOutcome:
     platform_info: dict[str, Any] = field(default_factory=dict)
     #: what the probes saw (metrics, raw series, per-probe status); empty when none ran
     probes: ProbeOutcome = field(default_factory=ProbeOutcome)
+    #: what else ran on the cell's cores over its measured window (runner/interference.py)
+    interference: dict[str, Any] = field(default_factory=dict)
 
 
 #: the record channel is the cell's output, so it is bounded: a longer line, more records or
@@ -95,8 +99,8 @@ class _ChannelReader(threading.Thread):
                 self.problem = f"record {len(self.records) + 1} {problem}"
                 continue
             self.records.append(record)
-            if self.on_done is not None and record.get("type") == "done":
-                self.on_done()
+            if self.on_done is not None and record.get("type") in ("done", "run_start"):
+                self.on_done(record["type"])
 
     @staticmethod
     def malformed(record: Any) -> str | None:
@@ -134,6 +138,14 @@ def worker_argv(cell: Cell, platform: Platform | None = None) -> list[str]:
     return [python_inside(), "-m", "isobench.workloads.worker", json.dumps(payload)]
 
 
+def cell_cores(cell: Cell) -> list[int]:
+    """The host cores the cell runs on: its cpuset, else every core."""
+    from isobench.hostinfo import host_cpus, parse_cpu_list
+
+    cpuset = cell.effective_knobs().get("cpuset")
+    return parse_cpu_list(str(cpuset)) if cpuset else host_cpus()
+
+
 def platform_for(cell: Cell) -> Platform:
     entry = PlatformEntry(**cell.platform_entry)
     return PLATFORMS.get(cell.platform)(entry)
@@ -153,20 +165,29 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
             return CellOutcome(cell=cell, status="failed", exit_code=None,
                                error=f"the platform could not start the cell: {type(exc).__name__}: {exc}",
                                stderr_tail="", started_at=started_at, wall_s=0.0, startup_s=None)
-        # probes read the cell's counters when its last phase ends, while its cgroup still exists
-        reader = _ChannelReader(launched.proc.stdout, on_done=lambda: probes.mark("done"))
+        window = Window(cell_cores(cell), cell.contamination_threshold)
+
+        def on_mark(kind: str) -> None:
+            window.mark(kind)
+            if kind == "done":  # probes read the cell's counters when its last phase ends, while its cgroup exists
+                probes.mark("done")
+
+        reader = _ChannelReader(launched.proc.stdout, on_done=on_mark)
         reader.start()
         driver = start_host_driver(cell, platform, launched, reader.records)  # serving: load from the host
         status = "ok"
         info: dict[str, Any] = {}
         try:
-            if probes.probes:
-                try:
-                    probes.start(platform.probe_target(launched))
-                except Exception as exc:  # no target, no probes: the cell itself still counts
-                    for entry in probes.outcome.status.values():
-                        if entry["status"] == "ok":
-                            entry.update(status="failed", reason=f"no probe target: {exc}")
+            target = None
+            try:  # the cell's cgroups: the probes' target, and where its CPU time is read
+                target = platform.probe_target(launched)
+                window.cgroups = target.cgroups
+            except Exception as exc:  # no target, no probes: the cell itself still counts
+                for entry in probes.outcome.status.values():
+                    if entry["status"] == "ok":
+                        entry.update(status="failed", reason=f"no probe target: {exc}")
+            if probes.probes and target is not None:
+                probes.start(target)
             try:
                 launched.proc.wait(timeout=cell.timeout_s)
             except subprocess.TimeoutExpired:
@@ -176,6 +197,7 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
             if status == "ok":
                 info = platform.collect(launched)
         finally:
+            window.close()
             if driver is not None:
                 driver.stop()
             probes.abort()
@@ -193,6 +215,14 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
                           if reader.first_record_at else None, platform_info=info, probes=probe_outcome)
     if probe_outcome.status:
         outcome.platform_info["probes"] = probe_outcome.status
+    outcome.interference = window.result(sum(1 for r in reader.records if isinstance(r, dict)
+                                             and r.get("type") == "item"))
+    if outcome.interference:
+        outcome.platform_info["interference"] = dict(outcome.interference)
+        # stored with the cell's other metrics (cpu.per_item, interference.*)
+        outcome.probes.metrics.extend(interference_metrics(outcome.interference))
+    if cell.cores is not None:
+        outcome.platform_info["cores"] = cell.cores
     for record in reader.records:
         kind = record.get("type")
         if kind == "hello":

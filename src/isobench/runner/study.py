@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -17,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from isobench.errors import UserError
 from isobench.fingerprint import host_fingerprint
 from isobench.plan.cells import Cell, expand
+from isobench.plan.cores import core_layout
 from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.base import prune_stale_runner_locks, runner_tag
 from isobench.platforms.cgroups import prune_empty
@@ -25,6 +28,8 @@ from isobench.report.plaintext import Markup, markup
 from isobench.runner.adaptive import cells_to_run
 from isobench.runner.artifacts import artifacts_dir_for
 from isobench.runner.cluster import safe_host_key
+from isobench.runner.execute import CellOutcome
+from isobench.runner.harness import harness_on_its_cores
 from isobench.runner.hostknobs import applied_host_knobs
 from isobench.runner.tenancy import run_group, tenant_batches
 from isobench.store import Store
@@ -82,6 +87,56 @@ def sigterm_as_interrupt() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def describe_layout(facts: dict[str, object]) -> str:
+    sides = facts.get("sides") or []
+    if facts.get("layout") == "all":
+        return "every cell may use every core (cell_cores: all); the harness competes with it"
+    cells = " and ".join(str(s) for s in sides) if len(sides) > 1 else str(sides[0] if sides else "?")
+    return (f"cell(s) on core(s) {cells}, harness on {facts.get('harness')}; container engine "
+            f"{facts.get('engine')}")
+
+
+def _stamp(outcomes: list[CellOutcome]) -> None:
+    for outcome in outcomes:
+        # A resumed study may finish on another boot or host: say where each cell ran.
+        outcome.platform_info.update(host=socket.gethostname(), runner=runner_tag(),
+                                     host_key=safe_host_key(socket.gethostname()))
+
+
+def _rerun_cell(cell: Cell, attempt: int) -> Cell:
+    extra = dict(cell.extra)
+    for key in ("duet_pair", "tenant_group"):
+        if extra.get(key):
+            extra[key] = f"{extra[key]}+rerun{attempt}"
+    return dataclasses.replace(cell, cell_id=f"{cell.cell_id}+rerun{attempt}", extra=extra)
+
+
+def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: Store,
+             say: Callable[[str], None]) -> Iterator[list[CellOutcome]]:
+    """Run one unit (a cell, a tenant group, a duet pair), store it, and re-run it while a member
+    is contaminated (at most ``study.reruns`` times). Every run is stored: a contaminated cell
+    stays in the store, flagged, and its re-run points back at it (``rerun_of``)."""
+    originals = [c.cell_id for c in batch]
+    together = members if batch[0].extra.get("duet_pair") else members[0]
+    displays = [p.display() for p in members]
+    with applied_host_knobs(batch[0].knobs):  # cpufreq / power-mode knobs, restored after
+        outcomes = run_group(batch, together)  # a tenant group or a duet pair starts together
+    for attempt in range(1, study.reruns + 2):
+        _stamp(outcomes)
+        if attempt > 1:
+            for outcome, original in zip(outcomes, originals, strict=True):
+                outcome.platform_info["rerun_of"] = original
+        store.record_all(outcomes, displays)  # a group or a pair: whole or not at all
+        yield outcomes
+        dirty = [o for o in outcomes if o.status == "ok" and o.interference.get("contaminated")]
+        if not dirty or attempt > study.reruns or batch[0].warmup:
+            return
+        say(f"re-running {', '.join(o.cell.cell_id for o in dirty)}: contaminated "
+            f"({dirty[0].interference.get('reason')})")
+        with applied_host_knobs(batch[0].knobs):
+            outcomes = run_group([_rerun_cell(c, attempt) for c in batch], together)
+
+
 def default_out_dir(study: Study) -> Path:
     return Path("results") / f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -130,7 +185,7 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
 
     for _, probe_cls in PROBES:
         for removed in probe_cls.sweep_stale():
-            console.print(f"[yellow]removed a leftover of an earlier run:[/] {removed}")
+            console.print(markup("[yellow]removed a leftover of an earlier run:[/] {}", removed))
     from isobench.runner.hoststate import sweep_stale as sweep_host_state
 
     for restored in sweep_host_state():  # cpufreq, sysctls, ... that a dead runner left changed
@@ -148,6 +203,13 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
                          len(done), len(todo), out))
 
     failures = 0
+    layout = core_layout(study)
+    pin_engine = any(p.uses_engine for p in platforms.values())
+    harness = contextlib.ExitStack()
+    facts = harness.enter_context(harness_on_its_cores(layout, pin_engine))
+    if store.meta("cores") is None:
+        store.set_meta("cores", json.dumps(facts))
+    console.print(markup("cores: {}", describe_layout(facts)))
     progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                         TimeRemainingColumn(), console=console, transient=False)  # labels are plain text
     try:
@@ -159,31 +221,28 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
                 batch = [dataclasses.replace(cell, data_dir=data_paths.get(cell.data_key or ""),
                                              artifacts_dir=artifacts_dir_for(cell, out)) for cell in batch]
                 cell = batch[0]
-                platform = platforms[cell.platform_key]
+                members = [platforms[c.platform_key] for c in batch]
                 tag = " (warm-up)" if cell.warmup else ""
-                tag += f" ×{len(batch)} tenants" if len(batch) > 1 else ""
-                progress.update(task, description=f"{cell.workload_key} on {platform.display()}{tag}")
-                with applied_host_knobs(cell.knobs):  # cpufreq / power-mode knobs, restored after
-                    outcomes = run_group(batch, platform)  # a tenant group starts together
-                for outcome in outcomes:
-                    # A resumed study may finish on another boot or host: say where each cell ran.
-                    outcome.platform_info.update(host=socket.gethostname(), runner=runner_tag(),
-                                                 host_key=safe_host_key(socket.gethostname()))
-                store.record_all(outcomes, platform.display())  # a tenant group: whole or not at all
-                for outcome in outcomes:
-                    cell = outcome.cell
-                    if outcome.status == "unavailable":
-                        progress.console.print(markup("[yellow]unavailable[/] {}: {}", cell.cell_id, outcome.error))
-                    elif outcome.status != "ok":
-                        failures += 1
-                        progress.console.print(markup("[red]{}[/] {}: {}", outcome.status, cell.cell_id,
-                                                      outcome.error))
-                    progress.advance(task)
+                tag += (" in a duet" if cell.extra.get("duet_pair") else
+                        f" ×{len(batch)} tenants" if len(batch) > 1 else "")
+                shown = " + ".join(dict.fromkeys(f"{c.workload_key} on {p.display()}" for c, p in zip(batch, members, strict=True)))
+                progress.update(task, description=f"{shown}{tag}")
+                for outcomes in run_unit(study, batch, members, store, progress.console.print):
+                    for outcome in outcomes:
+                        cell = outcome.cell
+                        if outcome.status == "unavailable":
+                            progress.console.print(markup("[yellow]unavailable[/] {}: {}", cell.cell_id, outcome.error))
+                        elif outcome.status != "ok":
+                            failures += 1
+                            progress.console.print(markup("[red]{}[/] {}: {}", outcome.status, cell.cell_id,
+                                                          outcome.error))
+                progress.advance(task, len(batch))
     except KeyboardInterrupt:
         console.print(markup("\n[yellow]interrupted[/]: finished cells are saved; continue with "
                              "`isobench run --resume --out {}`", out))
         raise
     finally:
+        harness.close()
         for platform in platforms.values():
             platform.cleanup()
         prune_empty(runner_tag())

@@ -20,17 +20,19 @@ from isobench.runner.execute import CellOutcome, run_cell
 
 
 def tenant_batches(cells: Iterable[Cell]) -> Iterator[list[Cell]]:
-    """One list per unit of work: a lone cell, or a whole tenant group (consecutive in the plan)."""
+    """One list per unit of work: a lone cell, a whole tenant group or a duet pair (each
+    consecutive in the plan)."""
     iterator = iter(cells)
     for cell in iterator:
-        group = cell.extra.get("tenant_group")
+        group = cell.extra.get("tenant_group") or cell.extra.get("duet_pair")
         if not group:
             yield [cell]
             continue
         members = [cell]
-        for _ in range(int(cell.extra["tenants"]) - 1):
+        size = int(cell.extra["tenants"]) if cell.extra.get("tenant_group") else 2
+        for _ in range(size - 1):
             member = next(iterator)
-            if member.extra.get("tenant_group") != group:
+            if (member.extra.get("tenant_group") or member.extra.get("duet_pair")) != group:
                 raise RuntimeError(f"tenant group {group} is not contiguous in the plan at {member.cell_id}")
             members.append(member)
         yield members
@@ -54,11 +56,13 @@ class _Tracked:
         return getattr(self._platform, name)
 
 
-def run_group(cells: list[Cell], platform: Platform) -> list[CellOutcome]:
-    """Run the members of a tenant group at once; return their outcomes in member order."""
+def run_group(cells: list[Cell], platform: Platform | list[Platform]) -> list[CellOutcome]:
+    """Run the members of a tenant group (one platform) or a duet pair (a platform per member)
+    at once; return their outcomes in member order."""
+    platforms = platform if isinstance(platform, list) else [platform] * len(cells)
     if len(cells) == 1 and not cells[0].extra.get("tenant_group"):
-        return [run_cell(cells[0], platform)]
-    tracked = _Tracked(platform)
+        return [run_cell(cells[0], platforms[0])]
+    tracked = [_Tracked(p) for p in platforms]
     barrier = threading.Barrier(len(cells))
     outcomes: list[CellOutcome | None] = [None] * len(cells)
     released = [0.0] * len(cells)
@@ -68,7 +72,7 @@ def run_group(cells: list[Cell], platform: Platform) -> list[CellOutcome]:
         try:
             barrier.wait()
             released[index] = time.monotonic()
-            outcomes[index] = run_cell(cells[index], tracked)  # type: ignore[arg-type]
+            outcomes[index] = run_cell(cells[index], tracked[index])  # type: ignore[arg-type]
         except BaseException as exc:  # noqa: BLE001 - re-raised in the runner's thread
             errors.append(exc)
 
@@ -81,10 +85,11 @@ def run_group(cells: list[Cell], platform: Platform) -> list[CellOutcome]:
             while thread.is_alive():
                 thread.join(timeout=0.2)
     except BaseException:
-        # Ctrl-C or SIGTERM reaches the runner's thread only: stop every tenant, then wait.
+        # Ctrl-C or SIGTERM reaches the runner's thread only: stop every member, then wait.
         barrier.abort()
-        for launched in list(tracked.launched):
-            platform.cleanup_cell(launched)
+        for member in tracked:
+            for launched in list(member.launched):
+                member._platform.cleanup_cell(launched)
         for thread in threads:
             thread.join(timeout=60)
         raise
@@ -104,6 +109,12 @@ def annotate(outcomes: list[CellOutcome], released: list[float]) -> None:
     for outcome in outcomes:
         extra = outcome.cell.extra
         started = outcome.hello.get("wall_time") if outcome.hello else None
+        if extra.get("duet_pair"):
+            outcome.platform_info["duet"] = {
+                "pair": extra["duet_pair"], "side": extra.get("duet_side"), "partner": extra.get("duet_partner"),
+                "group": extra.get("duet_group"), "cores": outcome.cell.cores, "start_skew_s": start_skew,
+                "release_skew_s": release_skew}
+            continue
         outcome.platform_info["tenancy"] = {
             "tenant": extra.get("tenant"), "tenants": extra.get("tenants"), "group": extra.get("tenant_group"),
             "start_skew_s": start_skew, "release_skew_s": release_skew,

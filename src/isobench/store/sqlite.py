@@ -173,14 +173,16 @@ class Store:
         """Write a finished cell atomically. Returns False if it was already recorded."""
         return self.record_all([outcome], display) == 1
 
-    def record_all(self, outcomes: list[Any], display: str) -> int:
-        """Write cells in ONE transaction, so a tenant group is stored whole or not at all.
+    def record_all(self, outcomes: list[Any], display: str | list[str]) -> int:
+        """Write cells in ONE transaction, so a tenant group (or a duet pair) is stored whole or
+        not at all. ``display``: the platform's, or one per outcome (a duet's two platforms).
 
         Cells already stored are skipped; returns how many were written."""
+        displays = display if isinstance(display, list) else [display] * len(outcomes)
         try:
             self.conn.execute("BEGIN IMMEDIATE")
             written = 0
-            for outcome in outcomes:
+            for outcome, shown in zip(outcomes, displays, strict=True):
                 row = self.conn.execute("SELECT status FROM cells WHERE cell_id = ?",
                                         (outcome.cell.cell_id,)).fetchone()
                 if row is not None and row[0] == "lost" and outcome.status != "lost":
@@ -188,7 +190,7 @@ class Store:
                     self.conn.execute("DELETE FROM cells WHERE cell_id = ?", (outcome.cell.cell_id,))
                     row = None
                 if row is None:
-                    self._insert(outcome, display)
+                    self._insert(outcome, shown)
                     written += 1
             self.conn.execute("COMMIT")
         except BaseException:

@@ -48,6 +48,9 @@ class Knobs(BaseModel):
     max_freq: str | None = Field(None, description="cpufreq maximum, e.g. 1.8GHz, 1800MHz or kHz")
     power_mode: int | None = Field(None, ge=0, le=64, description="Jetson nvpmodel mode (nvpmodel -m)")
     jetson_clocks: bool | None = Field(None, description="Jetson: clocks locked at their maximum")
+    #: an injected effect, to check on any host that a cost of this size is seen (workloads/timing.py)
+    slowdown: float | None = Field(None, ge=0, le=10, description="add this fraction of calibrated extra CPU "
+                                   "work to every timed item (0.03: 3% slower); any platform")
     data_mount: Literal["bind", "copy", "volume"] | None = Field(
         None, description="docker: data set bind-mounted, copied into the writable layer, or a named volume")
 
@@ -188,6 +191,21 @@ class Study(BaseModel):
     hosts: Hosts | None = None
     #: the most cells the study may expand to: a typo in a sweep must not plan a billion cells
     max_cells: int = Field(DEFAULT_MAX_CELLS, ge=1, le=10**9, description="cells the study may expand to")
+    #: disjoint: the cell's cores and the harness's (runner, probe samplers, container engine) do not
+    #: overlap, and torch threads follow the cell's cores; all: the cell may use every core
+    cell_cores: Literal["disjoint", "all"] = "disjoint"
+    #: sequential: one cell at a time, rounds interleaved and shuffled; duet: the baseline and each
+    #: compared entry run at the same time on disjoint cores, sides swapped every round (plan/duet.py)
+    schedule: Literal["sequential", "duet"] = "sequential"
+    #: TOST margin: a ratio whose 90% CI lies within [1/(1+m), 1+m] is "equivalent"
+    equivalence_margin: float = Field(0.02, gt=0, lt=1, description="equivalence margin (0.02: ±2%)")
+    #: every workload that can runs at least this long per cell (its `min_seconds`), whatever its item count
+    min_seconds: float | None = Field(None, ge=0, le=7 * 86400, description="cell length in seconds")
+    #: a cell whose cores were busy with other work beyond this share of its measured window is contaminated
+    contamination_threshold: float = Field(0.10, gt=0, le=1, description="share of the cell's core time "
+                                           "taken by steal or other tasks that flags the cell")
+    #: contaminated cells re-run at most this many times each (each re-run is recorded as one)
+    reruns: int = Field(1, ge=0, le=10, description="re-runs of a contaminated cell")
 
     @field_validator("probes")
     @classmethod
@@ -226,6 +244,13 @@ class Study(BaseModel):
             self.adaptive = Adaptive()
         elif self.repetitions != "auto" and self.adaptive is not None:
             raise ValueError("adaptive: is set but repetitions is a number; fix: write `repetitions: auto`")
+        return self
+
+    @model_validator(mode="after")
+    def _duet(self) -> Study:
+        from isobench.plan.duet import validate_duet
+
+        validate_duet(self)
         return self
 
     @model_validator(mode="after")

@@ -63,7 +63,9 @@ class CellContext:
         self._notes["unavailable"] = reason
 
     def start_run(self) -> None:
-        """Mark the start of the timed items (after setup)."""
+        """Mark the start of the timed items (after setup): the runner reads the cell's CPU time
+        and its cores' interference counters here (runner/interference.py)."""
+        self.emit({"type": "run_start"})
         self._run_started = time.perf_counter()
 
     def item(self, phases: dict[str, float], e2e: float) -> None:

@@ -13,11 +13,14 @@ from pydantic import Field
 from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload, WorkloadParams
 from isobench.workloads.channel import CellContext
+from isobench.workloads.timing import PhaseClock
 
 
 class CpuSpinParams(WorkloadParams):
     iterations: int = Field(20, ge=1, le=100_000, description="timed items per cell")
     work: int = Field(200_000, ge=1, le=10**9, description="loop steps per item")
+    min_seconds: float = Field(0.0, ge=0, le=7 * 86400,
+                               description="go on until at least this long (whichever is longer)")
     allocate_mb: int = Field(0, ge=0, le=1 << 20,
                              description="MiB to allocate and touch first (checks a memory limit bites)")
 
@@ -38,7 +41,7 @@ class CpuSpin(Workload):
 
     @classmethod
     def estimate_s(cls, params: CpuSpinParams) -> float:  # type: ignore[override]
-        return params.iterations * params.work * 6e-8
+        return max(params.iterations * params.work * 6e-8, params.min_seconds)
 
     def run(self, params: CpuSpinParams, ctx: CellContext) -> None:  # type: ignore[override]
         if params.allocate_mb:
@@ -46,9 +49,14 @@ class CpuSpin(Workload):
                 block = bytearray(params.allocate_mb << 20)
                 for offset in range(0, len(block), 4096):  # touch every page so it is resident
                     block[offset] = 1
+        clock = PhaseClock()  # the shared clock: a `slowdown` knob is injected here too
         ctx.start_run()
-        for _ in range(params.iterations):
-            start = time.perf_counter()
+        started = time.perf_counter()
+        done = 0
+        while done < params.iterations or time.perf_counter() - started < params.min_seconds:
+            clock.start()
             spin(params.work)
-            elapsed = time.perf_counter() - start
-            ctx.item({"compute": elapsed}, elapsed)
+            clock.lap("compute")
+            phases, e2e = clock.stop()
+            ctx.item(phases, e2e)
+            done += 1

@@ -23,6 +23,32 @@ CUDA_EVENTS = "cuda-events"
 CPU_SYNC_NOOP = "cpu-sync-noop"
 
 
+#: phase that holds the injected extra work (the ``slowdown`` knob)
+INJECTED = "injected"
+_slowdown = {"fraction": 0.0, "rate": 0.0}
+
+
+def _spin(iterations: int) -> float:
+    value = 1.0
+    for _ in range(iterations):
+        value = value * 1.0000001 + 1e-9
+    return value
+
+
+def inject_slowdown(fraction: float) -> float:
+    """From now on every item timed by a :class:`PhaseClock` does ``fraction`` of its own time
+    again as extra CPU work, so a known effect can be checked for on any host. The work is
+    calibrated here (iterations per second, best of five) and then counted in iterations, not
+    seconds: on a busy core it takes longer, as real work does. Returns the rate."""
+    best = 0.0
+    for _ in range(5):
+        started = time.perf_counter()
+        _spin(20_000)
+        best = max(best, 20_000 / max(time.perf_counter() - started, 1e-9))
+    _slowdown.update(fraction=fraction, rate=best)
+    return best
+
+
 def timing_mode(sync_timing: bool, device_type: str) -> str:
     if not sync_timing:
         return CLOCK
@@ -50,6 +76,9 @@ class PhaseClock:
 
     def stop(self) -> tuple[dict[str, float], float]:
         """The item's phases (seconds) and its end-to-end time, measured from ``start()``."""
+        if _slowdown["fraction"] and self._marks:
+            _spin(int(_slowdown["fraction"] * (self._marks[-1][1] - self._start) * _slowdown["rate"]))
+            self.lap(INJECTED)
         phases = {}
         previous = self._start
         for name, stamp in self._marks:

@@ -15,12 +15,34 @@ import time
 import traceback
 
 
+def place_on_cores(cores: str | None) -> None:
+    """Run on the cores the plan gave the cell, or on every core the cell's cgroup allows.
+
+    The worker inherits the runner's affinity (the harness's core) until its platform moves
+    it into a cpuset cgroup; platforms that apply no cpuset (a layer rung, a guest) rely on
+    this. The kernel keeps the result within the cgroup's cpuset, and a core the cell cannot
+    have (a guest's numbering) leaves the affinity as it is."""
+    wanted: set[int] = set(range(os.cpu_count() or 1))
+    if cores:
+        from isobench.hostinfo import parse_cpu_list
+
+        wanted = set(parse_cpu_list(cores))
+    try:
+        os.sched_setaffinity(0, wanted)
+    except OSError:
+        try:
+            os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+        except OSError:
+            pass
+
+
 def main(argv: list[str]) -> int:
     stream_started = time.time()
     from isobench.workloads.channel import RECORD_VERSION, CellContext, claim_stdout_for_records
 
     records = claim_stdout_for_records()
     cell = json.loads(argv[0])
+    place_on_cores(cell.get("cores"))
     threads = cell.get("knobs", {}).get("threads")
     if threads:
         # Before torch is imported, so OpenMP sizes its pool from it as well.
@@ -44,6 +66,11 @@ def main(argv: list[str]) -> int:
                 import torch
 
                 torch.set_num_threads(int(threads))
+        slowdown = cell.get("knobs", {}).get("slowdown")
+        if slowdown:
+            from isobench.workloads.timing import inject_slowdown
+
+            ctx.note(slowdown=slowdown, slowdown_rate=inject_slowdown(float(slowdown)))
         workload_cls().run(params, ctx)
         extra = {}
         if "torch" in workload_cls.imports:

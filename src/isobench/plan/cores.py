@@ -1,0 +1,84 @@
+"""The core layout: which cores a cell gets, and which the harness keeps.
+
+A cell that takes every core competes with the runner, the probes' samplers, the record
+channel and the container engine; on a 2-core host that contention, not the platform, is
+what gets measured (gVisor read 1.64× with 2 torch threads on 2 cores and 1.07× with one).
+So by default (``cell_cores: disjoint``) the harness keeps the lowest-numbered core and
+the cell gets the others, its torch threads following them. A duet splits the cell cores
+into two sides, one per cell of a pair; on a 2-core host the two sides take one core each
+and the harness shares them (it only waits on pipes while the pair runs).
+
+``cell_cores: all`` gives each cell every core, as before; the cells' knobs (a cpuset, a
+CPU quota, a placement) always win over the layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from isobench.hostinfo import host_cpus
+
+if TYPE_CHECKING:
+    from isobench.plan.cells import Cell
+    from isobench.study.model import Study
+
+#: knobs that choose the cell's cores or CPU share themselves: the layout leaves such a cell alone
+CORE_KNOBS = ("cpuset", "cpus", "placement", "chr", "reserve_idle_cores", "numa_node")
+
+
+def cpu_list(cores: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (ranges as ranges)."""
+    runs: list[list[int]] = []
+    for core in sorted(set(cores)):
+        if runs and core == runs[-1][1] + 1:
+            runs[-1][1] = core
+        else:
+            runs.append([core, core])
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in runs)
+
+
+@dataclass(frozen=True)
+class CoreLayout:
+    mode: str  # "disjoint" | "all"
+    #: the harness's cores (empty: it is not pinned)
+    harness: list[int] = field(default_factory=list)
+    #: one list of cores per side: one side for a sequential study, two for a duet
+    sides: list[list[int]] = field(default_factory=list)
+
+    def describe(self) -> dict[str, object]:
+        return {"layout": self.mode, "harness": cpu_list(self.harness) if self.harness else "shared",
+                "sides": [cpu_list(side) for side in self.sides]}
+
+
+def core_layout(study: Study, cores: list[int] | None = None) -> CoreLayout:
+    """The layout for ``study`` on a host with ``cores`` (default: this process's CPUs)."""
+    cores = sorted(cores if cores is not None else host_cpus())
+    duet = study.schedule == "duet"
+    if study.cell_cores == "all" or len(cores) < 2:
+        if duet and len(cores) >= 2:
+            half = len(cores) // 2
+            return CoreLayout("all", [], [cores[:half], cores[half:2 * half]])
+        return CoreLayout("all", [], [cores])
+    if duet:
+        # Two sides of equal size; the harness keeps a core of its own only when one is left over.
+        spare = cores[1:] if len(cores) >= 3 else cores
+        half = len(spare) // 2
+        harness = cores[:1] if len(cores) >= 3 else []
+        return CoreLayout("disjoint", harness, [spare[:half], spare[half:2 * half]])
+    return CoreLayout("disjoint", cores[:1], [cores[1:]])
+
+
+def assign_cores(study: Study, cells: list[Cell]) -> list[Cell]:
+    """Give each cell whose knobs choose no cores its side's cores (``Cell.cores``)."""
+    layout = core_layout(study)
+    if layout.mode == "all" and study.schedule != "duet":
+        return cells
+    placed = []
+    for cell in cells:
+        if any(cell.knobs.get(k) is not None for k in CORE_KNOBS):
+            placed.append(cell)
+            continue
+        side = int(cell.extra.get("duet_side", 0)) % len(layout.sides)
+        placed.append(replace(cell, cores=cpu_list(layout.sides[side])))
+    return placed

@@ -1,0 +1,202 @@
+"""Interference accounting: what else ran on a cell's cores while it measured.
+
+Two snapshots bracket the cell's measured window (the worker's ``run_start`` record and its
+``done`` record). Between them, on the cell's cores:
+
+- ``steal``: time the hypervisor gave those vCPUs to someone else (``/proc/stat``);
+- ``other``: CPU time spent on those cores by anything but the cell: the cores' busy time
+  (``/proc/stat``) less the cell's own CPU time on them (its cgroup's ``cpuacct.usage_percpu``);
+- ``runq``: the mean number of runnable tasks per core, running or waiting: from
+  ``/proc/schedstat`` (the cell's cores' run queues: CPU time plus wait time, over the
+  window) where the kernel has schedstats; otherwise (as on these VMs) host-wide, from
+  ``procs_running`` in ``/proc/stat`` sampled every 50 ms over the window, per core.
+
+The cell's own CPU time over the window (``cpuacct.usage``) divided by its items is the
+``cpu.per_item`` metric: CPU seconds per item, beside wall seconds per item. A cell whose
+cores lost more than the study's ``contamination_threshold`` of their time to steal or to
+other tasks is flagged contaminated; the runner may re-run it (runner/study.py).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+USER_HZ = os.sysconf("SC_CLK_TCK")
+PROC_STAT = Path("/proc/stat")
+PROC_SCHEDSTAT = Path("/proc/schedstat")
+
+
+@dataclass
+class Snapshot:
+    at: float
+    #: cpu -> (busy jiffies: user+nice+system+irq+softirq, steal jiffies)
+    stat: dict[int, tuple[int, int]]
+    #: cpu -> (run-queue CPU time ns, run-queue wait ns)
+    sched: dict[int, tuple[int, int]]
+    #: the cell's cgroup: total CPU ns and CPU ns per core (None: no cgroup to read)
+    cell_ns: int | None = None
+    cell_percpu_ns: list[int] = field(default_factory=list)
+
+
+def read_stat(text: str | None = None) -> dict[int, tuple[int, int]]:
+    text = PROC_STAT.read_text() if text is None else text
+    found = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or name == "cpu":
+            continue
+        values = [int(v) for v in rest.split()]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+        found[int(name[3:])] = (user + nice + system + irq + softirq, steal)
+    return found
+
+
+def read_schedstat(text: str | None = None) -> dict[int, tuple[int, int]]:
+    try:
+        text = PROC_SCHEDSTAT.read_text() if text is None else text
+    except OSError:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith("cpu") and len(parts) >= 9:
+            # cpu<N> yld_count legacy sched_count sched_goidle ttwu_count ttwu_local rq_cpu_time run_delay pcount
+            found[int(parts[0][3:])] = (int(parts[7]), int(parts[8]))
+    return found
+
+
+def _cell_cpu(cgroups: dict[str, Path]) -> tuple[int | None, list[int]]:
+    directory = cgroups.get("cpuacct")
+    if directory is None:
+        return None, []
+    try:
+        total = int((directory / "cpuacct.usage").read_text())
+        percpu = [int(v) for v in (directory / "cpuacct.usage_percpu").read_text().split()]
+    except (OSError, ValueError):
+        return None, []
+    return total, percpu
+
+
+def snapshot(cgroups: dict[str, Path] | None) -> Snapshot:
+    total, percpu = _cell_cpu(cgroups or {})
+    return Snapshot(time.monotonic(), read_stat(), read_schedstat(), total, percpu)
+
+
+def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
+            threshold: float, sampled_runq: float | None = None) -> dict[str, Any]:
+    """What happened on ``cores`` between two snapshots, and whether it contaminates the cell."""
+    window = end.at - start.at
+    if window <= 0:
+        return {}
+    jiffy = 1.0 / USER_HZ
+    busy = sum(end.stat.get(c, (0, 0))[0] - start.stat.get(c, (0, 0))[0] for c in cores) * jiffy
+    steal = sum(end.stat.get(c, (0, 0))[1] - start.stat.get(c, (0, 0))[1] for c in cores) * jiffy
+    result: dict[str, Any] = {"window_s": window, "cores": len(cores), "steal_s": steal}
+    if start.cell_ns is not None and end.cell_ns is not None:
+        cell_cpu = (end.cell_ns - start.cell_ns) / 1e9
+        result["cell_cpu_s"] = cell_cpu
+        if items:
+            result["cpu_per_item_s"] = cell_cpu / items
+        if len(start.cell_percpu_ns) == len(end.cell_percpu_ns):
+            on_cores = sum(end.cell_percpu_ns[c] - start.cell_percpu_ns[c]
+                           for c in cores if c < len(end.cell_percpu_ns)) / 1e9
+            # /proc/stat counts in ticks: small negative differences are rounding, not work
+            result["other_cpu_s"] = max(0.0, busy - on_cores)
+    if sampled_runq is not None:
+        result["runq"] = sampled_runq
+        result["runq_source"] = "procs_running, host-wide"
+    if start.sched and end.sched:
+        running = sum(end.sched.get(c, (0, 0))[0] - start.sched.get(c, (0, 0))[0] for c in cores)
+        waiting = sum(end.sched.get(c, (0, 0))[1] - start.sched.get(c, (0, 0))[1] for c in cores)
+        result["runq"] = (running + waiting) / 1e9 / (window * len(cores))
+        result["runq_wait_s"] = waiting / 1e9
+        result["runq_source"] = "schedstat, the cell's cores"
+    lost = (steal + result.get("other_cpu_s", 0.0)) / (window * len(cores))
+    result["lost_share"] = lost
+    result["contaminated"] = lost > threshold
+    if result["contaminated"]:
+        result["reason"] = (f"{lost:.0%} of the cell's core time went elsewhere (steal {steal:.2f} s, other "
+                            f"tasks {result.get('other_cpu_s', 0.0):.2f} s over {window:.2f} s), above the "
+                            f"{threshold:.0%} threshold")
+    return result
+
+
+def metrics(accounting: dict[str, Any]) -> list[tuple[str, float, str]]:
+    """The accounting as stored metrics."""
+    rows = []
+    if "cpu_per_item_s" in accounting:
+        rows.append(("cpu.per_item", accounting["cpu_per_item_s"], "s"))
+    for key, unit in (("steal_s", "s"), ("other_cpu_s", "s"), ("runq", "tasks"), ("lost_share", "")):
+        if key in accounting:
+            rows.append((f"interference.{key.removesuffix('_s')}", float(accounting[key]), unit))
+    return rows
+
+
+def procs_running() -> int:
+    with PROC_STAT.open() as handle:
+        for line in handle:
+            if line.startswith("procs_running"):
+                return int(line.split()[1])
+    return 0
+
+
+class _RunqSampler(threading.Thread):
+    """Samples ``procs_running`` while the window is open (kernels without schedstats)."""
+
+    PERIOD_S = 0.05
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True, name="runq-sampler")
+        self.stopping = threading.Event()
+        self.samples: list[int] = []
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.PERIOD_S):
+            try:
+                self.samples.append(procs_running())
+            except (OSError, ValueError):
+                return
+
+
+class Window:
+    """The measured window of one cell: snapshots taken when the worker says so."""
+
+    def __init__(self, cores: list[int], threshold: float) -> None:
+        self.cores = cores
+        self.threshold = threshold
+        self.cgroups: dict[str, Path] | None = None
+        self.start: Snapshot | None = None
+        self.end: Snapshot | None = None
+        self._sampler: _RunqSampler | None = None
+
+    def mark(self, kind: str) -> None:
+        """Called from the record reader on ``run_start`` and ``done``; never raises."""
+        try:
+            if kind == "run_start" and self.start is None:
+                self.start = snapshot(self.cgroups)
+                if not self.start.sched:
+                    self._sampler = _RunqSampler()
+                    self._sampler.start()
+            elif kind == "done" and self.start is not None and self.end is None:
+                self.end = snapshot(self.cgroups)
+                self.close()
+        except Exception:  # accounting must never break the record channel
+            pass
+
+    def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.stopping.set()
+
+    def result(self, items: int) -> dict[str, Any]:
+        self.close()
+        if self.start is None or self.end is None:
+            return {}
+        samples = self._sampler.samples if self._sampler is not None else []
+        host_cores = len(self.start.stat) or 1
+        runq = sum(samples) / len(samples) / host_cores if samples else None
+        return account(self.start, self.end, self.cores, items, self.threshold, runq)
