@@ -1,10 +1,13 @@
-"""repetitions: auto: stable cell ids, the stopping rule on known values, and a real tiny study."""
+"""repetitions: auto: stable cell ids, the stopping rule on known values, and a real tiny study.
+
+Stopping on a verdict under alpha spending has its own tests in test_verdicts.py."""
 
 from __future__ import annotations
 
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -60,10 +63,15 @@ def test_adaptive_stops_each_comparison_when_precise_and_says_why(tmp_path: Path
     store = _simulate(tmp_path, STUDY)
     meta = json.loads(store.meta("adaptive") or "{}")
     states = {c["label"]: c for c in meta["comparisons"]}
-    assert meta["stopped"] and meta["reason"] == "every comparison reached ±2.0%"
-    assert all(c["half_width"] <= 0.02 for c in meta["comparisons"])
-    # The quiet comparisons stopped at the first check; the noisy one needed more rounds.
+    assert meta["stopped"] and meta["reason"].startswith("every comparison has a verdict (1 equivalent) or "
+                                                         "reached ±2.0% (look at ")
+    assert "alpha spending" in meta["reason"] and meta["looks"][0] == 3
+    # Every comparison stopped on a verdict or on the study's explicit width target.
+    assert all(c["status"] == "verdict" or c["half_width"] <= 0.02 for c in meta["comparisons"])
+    # The quiet comparisons stopped at the first check (quiet on its equivalence verdict); the noisy one
+    # needed more rounds.
     assert states["quiet"]["reached_at"] == 3 and states["aa"]["reached_at"] == 3
+    assert states["quiet"]["status"] == "verdict" and states["quiet"]["verdict"] == "equivalent"
     assert states["noisy"]["reached_at"] > 3
     reps = dict(store.conn.execute("SELECT platform_key, COUNT(*) FROM cells WHERE warmup = 0 GROUP BY 1").fetchall())
     assert reps["quiet"] == reps["aa"] == 3  # stopped groups run no further rounds ...
@@ -74,8 +82,11 @@ def test_adaptive_budget_runs_out_and_is_named(tmp_path: Path) -> None:
     tight = STUDY.replace("target: 0.02", "target: 0.0005").replace("max_repetitions: 12", "max_repetitions: 5")
     store = _simulate(tmp_path, tight)
     meta = json.loads(store.meta("adaptive") or "{}")
-    assert meta["reason"] == "the budget of 5 repetitions ran out"
-    assert {c["status"] for c in meta["comparisons"]} == {"budget"}
+    assert meta["reason"].startswith("the budget of 5 repetitions ran out (look at 5 round(s): α=")
+    # No width is reached; only a comparison with a verdict escapes the budget.
+    assert {c["status"] for c in meta["comparisons"]} <= {"budget", "verdict"}
+    assert all(c["verdict"] == "inconclusive" for c in meta["comparisons"] if c["status"] == "budget")
+    assert any(c["status"] == "budget" for c in meta["comparisons"])
     assert store.conn.execute("SELECT MAX(rep) FROM cells").fetchone()[0] == 4
     # decide() on the finished store gives the same verdict (what --resume relies on)
     study = load_study_text(tight, "auto.yaml", check_host=False)
@@ -98,9 +109,15 @@ def test_real_adaptive_study_on_bare_metal(tmp_path: Path, tiny_spin: dict) -> N
     out = tmp_path / "out"
     result = run_cli("run", str(write_study(tmp_path / "s.yaml", study)), "--out", str(out))
     assert result.returncode == 0, result.stderr + result.stdout
-    assert "adaptive repetitions: stopped after 3 round(s): the budget of 3 repetitions ran out" in result.stdout
+    # A quiet host may show the A/A entry equivalent after 2 rounds (a verdict); else the budget ends it.
+    stop = re.search(r"adaptive repetitions: stopped after (\d) round\(s\): (the budget of 3 repetitions ran out|"
+                     r"every comparison has a verdict \(1 equivalent\))", result.stdout.replace("\n", " "))
+    assert stop, result.stdout
+    rounds = int(stop.group(1))
+    assert rounds == 3 if stop.group(2).startswith("the budget") else rounds == 2
     store = Store.open(out)
-    assert store.conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0] == 6
+    # every round ran both entries once (re-runs of contaminated cells come on top)
+    assert store.conn.execute("SELECT COUNT(*) FROM cells WHERE cell_id NOT LIKE '%+rerun%'").fetchone()[0] == 2 * rounds
     report = run_cli("report", str(out), "--format", "md", "-o", str(tmp_path / "r.md"))
     assert report.returncode == 0, report.stderr
     assert "### Adaptive repetitions" in (tmp_path / "r.md").read_text()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from isobench.analysis import evidence as ev
-from isobench.analysis.advisor import repetitions_for_halfwidth
 from isobench.analysis.compare import Comparison, Group
 from isobench.analysis.stats import fmt_floor, log_sd
+from isobench.analysis.verdict import MAX_NEEDED, fmt_margin
 
 #: robust z (0.6745·|x − median| / MAD) above which a repetition is an outlier (Iglewicz–Hoaglin)
 OUTLIER_Z = 3.5
@@ -88,6 +89,14 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
     if comparisons and not any(c.is_aa for c in comparisons):
         found.append(Warning_("design", "no A/A entry, so the study's noise floor is unknown: add a second "
                                         "baseline entry with a label (e.g. `- {name: baremetal, label: aa}`)."))
+    contaminated = sum(g.contaminated for g in groups)
+    if contaminated:
+        reasons = Counter(r for g in groups for r in g.contamination_reasons)
+        why = "; ".join(f"{reason}: {n}" if n > 1 else reason for reason, n in reasons.most_common(3))
+        rerun = sum(g.rerun for g in groups)
+        found.append(Warning_("contaminated", f"{contaminated} cells were contaminated ({why}); {rerun} re-run, "
+                                              f"{contaminated - rerun} kept: a kept cell's value includes the "
+                                              "interference; a re-run took the place of the others."))
     if failed_cells:
         found.append(Warning_("cells", f"{failed_cells} cell(s) did not finish: their groups have fewer "
                                        "repetitions; `isobench summary DIR` lists why."))
@@ -110,26 +119,20 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
                                               "unstable. Tune the host, lengthen each cell, or add repetitions.",
                                   f"{g.workload} on {ev.group_label(g)}{where(g)} {spread:.0%}"))
     for c in comparisons:
-        if c.metric != "e2e" or c.is_aa or c.noise_floor is None or c.emulated:
+        if c.metric != "e2e" or c.emulated:
             continue
-        effect = abs(c.ratio - 1)
-        if c.noise_floor > effect:
-            base = _group(groups, c.workload, baseline_key, c.knobs, baseline=True, host=c.host)
-            other = _group(groups, c.workload, c.label, c.knobs, host=c.host)
-            advice = ""
-            if base and other:
-                # The noisiest of the groups involved, A/A entries included: the floor is set by them too.
-                aa = [g for g in groups if g.workload == c.workload and g.params == c.params and g.reps.get("e2e")
-                      and g.platform_key != baseline_key and g.platform == base.platform and g.host == c.host]
-                spreads = [log_sd(g.metrics["e2e"]) for g in (other, base, *aa)]
-                known = [sd for sd in spreads if sd is not None]
-                if len(known) >= 2:
-                    goal = max(effect, target)
-                    n = repetitions_for_halfwidth(max(known), max(known), goal)
-                    advice = f" About {n} repetitions per group would resolve ±{goal:.1%} at this noise."
-            found.append(Warning_("floor", f"{c.workload} on {c.platform}{where(c)}: the effect ({c.ratio - 1:+.1%}) is "
-                                           f"smaller than the A/A noise floor ({fmt_floor(c.noise_floor)}): it is not "
-                                           f"resolved.{advice}", f"{c.workload} on {c.platform}{where(c)} {c.ratio - 1:+.1%}"))
+        if c.verdict == "inconclusive" and not c.is_aa and c.ci_low is not None:
+            if c.repetitions_needed is None:
+                advice = ""
+            elif c.repetitions_needed >= MAX_NEEDED:
+                advice = f" More than {MAX_NEEDED} repetitions per group would be needed at this noise."
+            else:
+                advice = f" About {c.repetitions_needed} repetitions per group would settle it at this noise."
+            floor = "" if c.noise_floor is None else f"; A/A noise floor {fmt_floor(c.noise_floor)}"
+            found.append(Warning_("floor", f"{c.workload} on {c.platform}{where(c)}: {c.ratio - 1:+.1%} is neither a "
+                                           f"resolved difference nor shown equivalent within {fmt_margin(c.margin)} "
+                                           f"(inconclusive{floor}).{advice}",
+                                  f"{c.workload} on {c.platform}{where(c)} {c.ratio - 1:+.1%}"))
         if c.significant and c.p_holm is not None and c.p_holm >= 0.05:
             found.append(Warning_("holm", f"{c.workload} on {c.platform}{where(c)}: the interval excludes 1 but not after "
                                           f"Holm's correction for the study's comparisons (adjusted p={c.p_holm:.3f}); "
@@ -137,23 +140,14 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
     found = _collapse(found, "unstable", "the spread between repetitions exceeds 10% of the mean in {n} groups "
                                          "({items}): results are unstable. Tune the host, lengthen each cell, or add "
                                          "repetitions.")
-    found = _collapse(found, "floor", "{n} effects are smaller than the A/A noise floor ({items}): they are not "
-                                      "resolved. Add repetitions (see the sample-size advisor) or quiet the host.")
+    found = _collapse(found, "floor", "{n} comparisons are inconclusive ({items}): neither a difference nor "
+                                      "equivalence is resolved. Add repetitions (see the sample-size advisor) or "
+                                      "quiet the host.")
     for display in sorted({c.platform for c in comparisons if c.emulated}):
         found.append(Warning_("emulated", f"{display} ran under emulation (no hardware virtualisation): its times "
                                           "measure the emulator, not the platform; its comparisons are left out. "
                                           "Pass --force to show them."))
     return found
-
-
-def _group(groups: list[Group], workload: str, label: str, knobs: dict[str, Any],
-           baseline: bool = False, host: str = "") -> Group | None:
-    groups = [g for g in groups if g.host == host]  # a comparison's two sides ran on one host
-    if baseline:  # the baseline may sweep fewer knobs than the platform compared with it
-        candidates = [g for g in groups if g.workload == workload and g.platform_key == label]
-        exact = [g for g in candidates if g.knobs == knobs]
-        return (exact or candidates or [None])[0]
-    return next((g for g in groups if g.workload == workload and g.platform_key == label and g.knobs == knobs), None)
 
 
 def _collapse(found: list[Warning_], kind: str, template: str, limit: int = 3) -> list[Warning_]:

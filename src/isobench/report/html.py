@@ -9,6 +9,7 @@ from typing import Any
 
 from isobench.analysis.stats import fmt_floor
 from isobench.analysis.summary import Analysis
+from isobench.analysis.verdict import fmt_margin, within_margin
 from isobench.analysis.views import Figure, Skipped, Table
 from isobench.report import figures
 from isobench.report.plaintext import html_text
@@ -98,12 +99,22 @@ def comparison_rows(analysis: Analysis) -> list[list[str]]:
                      f"{c.ratio:.3f}", _ci(c.ci_low, c.ci_high), _ci(c.boot_low, c.boot_high),
                      "" if c.p_holm is None else f"{c.p_holm:.3g}",
                      "-" if c.noise_floor is None else fmt_floor(c.noise_floor),
-                     "the noise floor (A/A)" if c.is_aa else c.effect if c.significant_holm else "not resolved"])
+                     ("the noise floor (A/A): " if c.is_aa else "") + verdict_text(c)])
     return rows
 
 
+def verdict_text(c: Any) -> str:
+    """The verdict column: the effect in words, 'equivalent (±2%)' or 'inconclusive (about N more repetitions)'."""
+    if c.verdict == "equivalent":
+        return f"equivalent ({fmt_margin(c.margin)})"
+    if c.verdict == "inconclusive":
+        more = None if c.repetitions_needed is None else c.repetitions_needed - min(c.n, c.n_baseline)
+        return "inconclusive" + ("" if more is None else f" (about {more} more repetitions)")
+    return (c.effect or c.verdict) + (f", within {fmt_margin(c.margin)}" if within_margin(c) else "")
+
+
 COMPARISON_COLUMNS = ["workload", "platform", "knobs", "n", "baseline", "platform", "×",
-                      "95% CI (Welch, logs)", "95% CI (bootstrap)", "p (Holm)", "A/A noise floor", "effect"]
+                      "95% CI (logs)", "95% CI (bootstrap)", "p (Holm)", "A/A noise floor", "verdict"]
 
 
 def comparison_columns(analysis: Analysis) -> list[str]:
@@ -115,7 +126,7 @@ def _comparison_table(analysis: Analysis, colours: dict[str, str]) -> str:
     body = []
     for c, row in zip(ordered_e2e(analysis), comparison_rows(analysis), strict=True):
         host = [f"<td>{esc(row.pop(1))}</td>"] if multi_host(analysis) else []
-        klass = "same" if c.is_aa or not c.significant_holm else ("slower" if c.ratio > 1 else "faster")
+        klass = {"slower": "slower", "higher": "slower", "faster": "faster", "lower": "faster"}.get(c.verdict, "same")
         swatch = f"<span class=\"swatch\" style=\"background:{colours.get(c.label, '#999')}\"></span>"
         cells = [f"<td>{esc(row[0])}</td>", *host, f"<td class=\"nowrap\">{swatch}{esc(row[1])}</td>",
                  f"<td>{esc(row[2])}</td>", *(f"<td class=\"num\">{esc(v)}</td>" for v in row[3:11])]

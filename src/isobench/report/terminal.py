@@ -9,9 +9,12 @@ from rich.table import Table
 
 from isobench.analysis.compare import Comparison, hosts_of, phase_attribution
 from isobench.analysis.stats import fmt_floor
+from isobench.analysis.verdict import MAX_NEEDED, fmt_margin, within_margin
 from isobench.report.plaintext import Markup, markup, plain
 from isobench.store import Store
 
+#: CPU seconds per item from the cell's cgroup: beside e2e, it tells waiting from computing
+CPU_METRIC = "cpu.per_item"
 
 def fmt_knobs(knobs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "-"
@@ -49,35 +52,74 @@ def common_knobs(comparisons: list[Comparison]) -> set[str]:
     return {k for k, v in first.items() if all(c.knobs.get(k) == v for c in comparisons)}
 
 
+METHOD_WORDS = {"paired-log": "paired by round", "duet-paired": "paired in duets"}
+
+
 def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None = None) -> str:
-    """E.g. "docker/runc: resnet-infer e2e 1.07× baremetal (95% CI 1.04–1.10, n=5): 7.0% slower (moderate),
-    mostly in inference (80% of the difference); A/A noise floor ±1.2%"."""
+    """One sentence per verdict, e.g.
+    "docker/runc: resnet-infer e2e is equivalent to baremetal within ±2% (90% CI 0.99–1.01, n=8, paired by round)",
+    "gvisor: resnet-infer e2e 1.07× baremetal (95% CI 1.04–1.10, n=5): 7.0% slower (moderate), mostly in
+    inference (80% of the difference); A/A noise floor ±1.2%",
+    "oci/runc: ... inconclusive: about 14 more repetitions would settle it"."""
     shown = {k: v for k, v in c.knobs.items() if k not in (hide or set())}
     knobs = f" [{fmt_knobs(shown)}]" if shown else ""
-    ci = f"95% CI {fmt_ci(c)}" if c.ci_low is not None else "no CI: fewer than 2 repetitions"
     where = f" on {c.host}" if len(hosts_of(comparisons)) > 1 else ""  # a cluster study: say which host
-    text = f"{c.platform}{knobs}{where}: {c.workload} {c.metric} {c.ratio:.2f}× {c.baseline} ({ci}, n={c.n})"
-    if c.significant and c.ci_low is not None:
-        text += f": {c.effect}" if c.effect else ""
+    how = ", " + METHOD_WORDS[c.method] if c.method in METHOD_WORDS else ""
+    head = f"{c.platform}{knobs}{where}: {c.workload} {c.metric}"
+    if c.verdict == "equivalent" and c.ci90_low is not None and c.ci90_high is not None:
+        text = (f"{head} is equivalent to {c.baseline} within {fmt_margin(c.margin)} "
+                f"(90% CI {c.ci90_low:.2f}–{c.ci90_high:.2f}, n={c.n}{how})")
+        return text + _cpu_clause(c, comparisons)
+    ci = f"95% CI {fmt_ci(c)}" if c.ci_low is not None else "no CI: fewer than 2 repetitions"
+    text = f"{head} {c.ratio:.2f}× {c.baseline} ({ci}, n={c.n}{how})"
+    if c.verdict in ("slower", "faster", "higher", "lower"):
+        text += f": {c.effect}" if c.effect else f": {c.verdict}"
+        if within_margin(c):
+            text += f", within the {fmt_margin(c.margin)} equivalence margin"
         if c.metric == "e2e":
             top = phase_attribution(comparisons, c)
             if top:
                 share = (f"{top[1]:.0%} of the difference" if top[1] <= 1 else
                          f"{top[1]:.0%} of the difference: other phases moved the other way")
                 text += f", mostly in {top[0]} ({share})"
-        if c.p_holm is not None and c.p_holm >= 0.05:
-            text += f"; not significant after Holm's correction (adjusted p={c.p_holm:.2f})"
-    elif c.ci_low is not None:
-        text += ": no difference resolved"
+        text += _cpu_clause(c, comparisons)
+    else:
+        text += ": inconclusive"
+        if c.significant and c.p_holm is not None and c.p_holm >= 0.05:
+            text += f" (the interval excludes 1, but not after Holm's correction: adjusted p={c.p_holm:.2f})"
+        more = None if c.repetitions_needed is None else c.repetitions_needed - min(c.n, c.n_baseline)
+        if more is not None and c.repetitions_needed is not None and c.repetitions_needed >= MAX_NEEDED:
+            text += f": more than {MAX_NEEDED} repetitions would be needed at this noise"
+        elif more is not None:
+            text += f": about {more} more repetition{'s' if more != 1 else ''} would settle it"
+        elif c.ci_low is None:
+            text += ": it needs at least 2 repetitions a side"
     floor = noise_floor(comparisons, c.workload, c.metric, c.host) if c.noise_floor is None else None
     width = c.noise_floor if c.noise_floor is not None else (floor_width(floor) if floor and floor.ci_low is not None
                                                              else None)
     if width is not None and not c.is_aa:
-        if width > abs(c.ratio - 1):
-            text += f" (below the A/A noise floor of {fmt_floor(width)}: add repetitions)"
-        else:
-            text += f"; A/A noise floor {fmt_floor(width)}"
+        text += f"; A/A noise floor {fmt_floor(width)}"
     return text
+
+
+def _cpu_clause(c: Comparison, comparisons: list[Comparison]) -> str:
+    """Wall time and CPU time per item told apart: is the difference waiting or computing?"""
+    if c.metric != "e2e":
+        return ""
+    cpu = next((o for o in comparisons if o.metric == CPU_METRIC and o.workload == c.workload and o.label == c.label
+                and o.knobs == c.knobs and o.params == c.params and o.host == c.host), None)
+    if cpu is None or cpu.verdict == "inconclusive":
+        return ""
+    cpu_text = f"CPU time per item {cpu.ratio:.2f}×, {cpu.verdict}"
+    if c.verdict == "slower" and cpu.verdict in ("equivalent", "faster"):
+        return f"; the extra time is spent waiting, not computing ({cpu_text})"
+    if c.verdict == "slower" and cpu.verdict == "slower":
+        return f"; it computes more per item ({cpu_text})"
+    if c.verdict in ("equivalent", "faster") and cpu.verdict == "slower":
+        return f"; it computes more per item without taking longer: the extra work runs beside waiting ({cpu_text})"
+    if c.verdict == "faster" and cpu.verdict in ("equivalent", "slower"):
+        return f"; it waits less, not computes less ({cpu_text})"
+    return ""
 
 
 def headline(comparisons: list[Comparison]) -> list[str]:
@@ -105,17 +147,32 @@ def noise_floor_lines(comparisons: list[Comparison]) -> list[str]:
         if c.is_aa and c.metric == "e2e" and c.ci_low is not None and c.ci_high is not None:
             width = floor_width(c)
             lines.append(f"A/A noise floor for {c.workload}" + (f" on {c.host}" if multi else "") + f": {c.platform} vs {c.baseline} is {c.ratio:.3f}× "
-                         f"(95% CI {fmt_ci(c)}): effects smaller than {fmt_floor(width)} are not resolved")
+                         f"(95% CI {fmt_ci(c)}): effects smaller than {fmt_floor(width)} are not resolved"
+                         + _aa_verdict(c))
     return lines
 
 
+def _aa_verdict(c: Comparison) -> str:
+    if c.verdict == "equivalent":
+        return f"; the A/A verdict is equivalent within {fmt_margin(c.margin)}"
+    if c.verdict == "inconclusive":
+        return "; the A/A verdict is inconclusive"
+    return f"; the A/A entry reads {c.verdict}: a false alarm, or the host changed during the study"
+
+
+#: the comparison table's verdict column: the word, coloured
+MARKERS = {"slower": "[red]slower[/]", "faster": "[cyan]faster[/]", "higher": "[red]higher[/]",
+           "lower": "[cyan]lower[/]", "equivalent": "[green]≈ equivalent[/]", "inconclusive": "[yellow]inconclusive[/]"}
+
+
 def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
-    table = Table(title="E2E time per item vs the baseline (ratio of geometric means, Welch 95% CI on logs)")
+    table = Table(title="E2E time per item vs the baseline (ratio of geometric means, 95% CI on logs: paired by "
+                        "round or duet where that helps, else Welch)")
     baseline_rows = _baseline_rows(store)
     # A cluster study: each row is one host's ratio to that host's own baseline.
     multi = len(hosts_of(comparisons)) > 1 or len({row[5] for row in baseline_rows}) > 1
     host = (lambda h: [h]) if multi else (lambda h: [])  # noqa: E731
-    for column in ("workload", *host("host"), "platform", "knobs", "n", "e2e/item", "× baseline", "95% CI", "",
+    for column in ("workload", *host("host"), "platform", "knobs", "n", "e2e/item", "× baseline", "95% CI", "verdict",
                    "start-up", "biggest phase change"):
         table.add_column(column, justify="right" if column in ("n", "e2e/item", "× baseline") else "left")
     startup = {(c.workload, c.label, str(c.knobs), c.host): c for c in comparisons if c.metric == "cell.startup"}
@@ -127,7 +184,7 @@ def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
             continue
         start = startup.get((c.workload, c.label, str(c.knobs), c.host))
         top = phase_attribution(comparisons, c) if c.significant else None
-        marker = Markup("[green]≈[/]" if not c.significant else ("[red]slower[/]" if c.ratio > 1 else "[cyan]faster[/]"))
+        marker = Markup(MARKERS.get(c.verdict, "[yellow]inconclusive[/]"))
         table.add_row(*map(plain, (c.workload, *host(c.host), c.platform + (" (A/A)" if c.is_aa else ""),
                                    fmt_knobs(c.knobs), str(c.n), fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c),
                                    marker, f"{start.mean:.2f} s ({start.ratio:.1f}×)" if start else "",

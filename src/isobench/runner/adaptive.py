@@ -1,21 +1,36 @@
-"""`repetitions: auto`: keep adding interleaved rounds until every comparison is precise enough.
+"""`repetitions: auto`: keep adding interleaved rounds until every comparison has a verdict.
 
-After the planned rounds, each check computes the study's comparisons on the adaptive
-metric (Welch intervals, as the report does) and stops a comparison once its 95% interval's
-half-width (on the log scale) is below log(1 + target). The next round runs only the groups
-of comparisons still short of the target, plus their baseline, in the seeded interleaved
-order; cell ids are the plan's own (``<group>/r<rep>``), so ``--resume`` continues exactly.
+After the planned rounds, each check (a *look*) computes the study's comparisons on the
+adaptive metric, as the report does (paired or Welch, Holm across comparisons), and stops a
+comparison once it has a verdict other than inconclusive: a resolved difference or shown
+equivalence within the study's margin (analysis/verdict.py). The next round runs only the
+groups of comparisons still running, plus their baseline, in the seeded interleaved order;
+cell ids are the plan's own (``<group>/r<rep>``), so ``--resume`` continues exactly.
 Everything stops when all comparisons are done or a budget (rounds, time) runs out; the
-store's ``adaptive`` meta records which comparison stopped why.
+store's ``adaptive`` meta records which comparison stopped why, at which look and level.
 
-Stopping on the interval's *width* (not on its distance from 1) keeps optional stopping from
-biasing the ratio much: the rule does not look at the effect.
+Optional stopping: looking after every round and stopping at the first nominal 5% verdict
+would inflate the error rate well above 5%. Each look therefore tests at a stricter level
+from an alpha-spending function, the Lan–DeMets Pocock type α(t) = α·ln(1 + (e−1)·t) with
+information fraction t = rounds / max_repetitions and α = 0.05: a look at t spends only the
+increment α(t) − α(t_prev) since the previous look, both for the difference (its 1−Δα
+interval excludes 1 and Holm's p < Δα) and for equivalence (TOST at Δα: the 1−2Δα interval
+within the margin). By Bonferroni over the looks, the chance of any wrong stop on a verdict
+is at most Σ Δα = α(1) = α. A comparison that stopped stays stopped (its verdict at that
+level is recorded): looking again would spend more alpha. The report's own verdict, on the
+final data at the nominal level, agrees with a stopping verdict (the stricter level implies
+the nominal one) unless later baseline rounds moved it.
+
+``target`` (95% CI half-width) is kept as an additional stop condition when the study sets it
+explicitly: a comparison also stops once its interval is that narrow, verdict or not. Stopping
+on width does not look at the effect, so it needs no alpha.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -36,6 +51,10 @@ class ComparisonState:
     half_width: float | None  # relative (exp(half-width on logs) - 1)
     status: str  # "reached" | "running" | "budget"
     reached_at: int | None = None
+    #: the verdict at this look's level (status "verdict": the one it stopped on)
+    verdict: str = "inconclusive"
+    #: the level it stopped at (the look's alpha increment)
+    alpha: float | None = None
     #: a cluster study has one comparison per host (the plan's groups span hosts: a round runs everywhere)
     host: str = ""
 
@@ -48,21 +67,51 @@ class Decision:
     comparisons: list[ComparisonState] = field(default_factory=list)
     active_groups: set[str] = field(default_factory=set)
     spent_s: float = 0.0
+    #: this look's alpha increment and the rounds of every look so far (this one included)
+    alpha: float = 0.0
+    looks: list[int] = field(default_factory=list)
+
+    @property
+    def brief(self) -> str:
+        """The reason without the spending rule's formula (the meta keeps it): one line on a terminal."""
+        return self.reason.split(" (look at ")[0] + f" (alpha spending: this look at α={self.alpha:.4f})"
 
     def as_meta(self, target: float, metric: str) -> dict[str, Any]:
         return {"target": target, "metric": metric, "rounds": self.rounds, "stopped": self.stop,
-                "reason": self.reason, "spent_s": self.spent_s,
-                "comparisons": [asdict(c) for c in self.comparisons]}
+                "reason": self.reason, "spent_s": self.spent_s, "rule": RULE, "alpha": self.alpha,
+                "looks": self.looks, "comparisons": [asdict(c) for c in self.comparisons]}
+
+
+ALPHA = 0.05
+RULE = ("alpha spending, Lan–DeMets Pocock type α(t)=0.05·ln(1+(e−1)t), t=rounds/max_repetitions; "
+        "each look tests at the increment")
+
+
+def spent(t: float) -> float:
+    """Alpha spent by information fraction ``t`` (Lan–DeMets, Pocock type)."""
+    return ALPHA * math.log(1 + (math.e - 1) * min(1.0, max(0.0, t)))
+
+
+def look_alpha(rounds: int, max_rounds: int, looks: list[int]) -> float:
+    """The level of the look after ``rounds`` rounds: what α(t) grew by since the previous look."""
+    before = max((r for r in looks if r < rounds), default=0)
+    return spent(rounds / max_rounds) - spent(before / max_rounds)
 
 
 def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | None = None) -> Decision:
     """Which comparisons still need repetitions after ``rounds`` measured rounds, and whether to stop."""
     from isobench.analysis.compare import compare
+    from isobench.analysis.verdict import decide_verdict
 
     settings = study.adaptive
     assert settings is not None
-    goal = math.log1p(settings.target)
-    reached_before = {_key(c): c.get("reached_at") for c in (previous or {}).get("comparisons", [])}
+    # Only a target the study sets stops on width; the default one would stop before a verdict.
+    goal = math.log1p(settings.target) if "target" in settings.model_fields_set else None
+    earlier = list((previous or {}).get("looks") or ([previous["rounds"]] if previous and "rounds" in previous
+                                                     else []))
+    looks = sorted({r for r in earlier if r < rounds} | {rounds})
+    alpha = look_alpha(rounds, settings.max_repetitions, looks)
+    before = {_key(c): c for c in (previous or {}).get("comparisons", [])}
     states: list[ComparisonState] = []
     active: set[str] = set()
     baseline = study.baseline or study.platforms[0].key
@@ -70,36 +119,52 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
         if c.metric != settings.metric or c.emulated:
             continue
         width = c.half_width
-        done = width is not None and width <= goal
         state = ComparisonState(c.workload, c.params, c.platform, c.label, c.knobs, c.n,
-                                None if width is None else math.expm1(width), "reached" if done else "running",
-                                host=c.host)
-        state.reached_at = reached_before.get(_key(asdict(state))) or (rounds if done else None)
+                                None if width is None else math.expm1(width), "running", host=c.host)
+        old = before.get(_key(asdict(state)))
+        if old and old.get("status") in ("verdict", "reached") and old.get("reached_at", rounds + 1) <= rounds:
+            # Stopped at an earlier look: it stays stopped, with the verdict it stopped on.
+            state.status, state.reached_at = old["status"], old["reached_at"]
+            state.verdict, state.alpha = old.get("verdict", "inconclusive"), old.get("alpha")
+        else:
+            p = c.p_holm if c.p_holm is not None else c.p_value
+            state.verdict = decide_verdict(c.metric, math.log(c.ratio), c.se, c.df, p, c.margin, alpha)
+            if state.verdict != "inconclusive":
+                state.status, state.reached_at, state.alpha = "verdict", rounds, alpha
+            elif goal is not None and width is not None and width <= goal:
+                state.status, state.reached_at = "reached", rounds
         states.append(state)
-        if not done:
+        if state.status == "running":
             active.add(group_key(c.workload, c.params, c.label, c.knobs))
             active.update(group_key(c.workload, c.params, baseline, k) for k in _baseline_knobs(store, c, baseline))
-    spent = sum(row[0] or 0.0 for row in store.conn.execute("SELECT wall_s FROM cells"))
+    spent_s = sum(row[0] or 0.0 for row in store.conn.execute("SELECT wall_s FROM cells"))
+    rule = f" (look at {rounds} round(s): α={alpha:.4f}; {RULE})"
     if not states:
         return Decision(rounds, True, f"no comparison of {settings.metric} to check (is there a baseline?)",
-                        states, set(), spent)
+                        states, set(), spent_s, alpha, looks)
     if not active:
-        return Decision(rounds, True, f"every comparison reached ±{settings.target:.1%}", states, set(), spent)
+        words = ", ".join(f"{n} {v}" for v, n in Counter(s.verdict for s in states if s.status == "verdict").items())
+        reached = sum(s.status == "reached" for s in states)
+        parts = ([f"every comparison has a verdict ({words})"] if not reached else
+                 [f"every comparison has a verdict ({words}) or reached ±{settings.target:.1%}" if words else
+                  f"every comparison reached ±{settings.target:.1%}"])
+        return Decision(rounds, True, parts[0] + rule, states, set(), spent_s, alpha, looks)
     budget = None
     if rounds >= settings.max_repetitions:
         budget = f"the budget of {settings.max_repetitions} repetitions ran out"
     elif settings.max_time_s is not None:
-        per_round = spent / max(1, rounds + study.warmup)
-        if spent + per_round > settings.max_time_s:
-            budget = (f"the time budget ran out ({spent:.0f} s spent of {settings.max_time_s:.0f} s; "
+        per_round = spent_s / max(1, rounds + study.warmup)
+        if spent_s + per_round > settings.max_time_s:
+            budget = (f"the time budget ran out ({spent_s:.0f} s spent of {settings.max_time_s:.0f} s; "
                       f"another round needs about {per_round:.0f} s)")
     if budget:
         for state in states:
             if state.status == "running":
                 state.status = "budget"
-        return Decision(rounds, True, budget, states, active, spent)
-    return Decision(rounds, False, f"{sum(s.status == 'running' for s in states)} comparison(s) still wider "
-                                   f"than ±{settings.target:.1%}", states, active, spent)
+        return Decision(rounds, True, budget + rule, states, active, spent_s, alpha, looks)
+    running = sum(s.status == "running" for s in states)
+    return Decision(rounds, False, f"{running} comparison(s) still inconclusive" + rule, states, active, spent_s,
+                    alpha, looks)
 
 
 def _key(state: dict[str, Any]) -> str:
@@ -114,10 +179,17 @@ def _baseline_knobs(store: Store, c: Any, baseline: str) -> list[dict[str, Any]]
 
 
 def _round(cells: list[Cell], rep: int, active: set[str]) -> list[Cell]:
-    """Round ``rep``'s cells of the active groups; a tenant group (cells started together) stays whole."""
+    """Round ``rep``'s cells of the active groups; a tenant group (cells started together) stays
+    whole, and a duet pair runs when its compared group is active (its baseline cell with it)."""
     round_cells = [c for c in cells if c.rep == rep and not c.warmup]
     tenant_groups = {c.extra.get("tenant_group") for c in round_cells if c.group in active} - {None}
-    return [c for c in round_cells if c.group in active or c.extra.get("tenant_group") in tenant_groups]
+
+    def wanted(c: Cell) -> bool:
+        if c.extra.get("duet_pair"):
+            return c.extra.get("duet_group") in active
+        return c.group in active or c.extra.get("tenant_group") in tenant_groups
+
+    return [c for c in round_cells if wanted(c)]
 
 
 def finished_rounds(store: Store) -> int:
@@ -151,9 +223,9 @@ def cells_to_run(study: Study, plan: list[Cell], store: Store, on_more: Any = No
         previous = decision.as_meta(settings.target, settings.metric) | {"active": sorted(decision.active_groups)}
         store.set_meta("adaptive", json.dumps(previous))
         if decision.stop:
-            say(f"adaptive repetitions: stopped after {rounds} round(s): {decision.reason}")
+            say(f"adaptive repetitions: stopped after {rounds} round(s): {decision.brief}")
             return
-        say(f"adaptive repetitions: round {rounds + 1}: {decision.reason}")
+        say(f"adaptive repetitions: round {rounds + 1}: {decision.brief}")
         rounds += 1
         new = _round(expand(study, rounds), rounds - 1, decision.active_groups)
         if on_more:
