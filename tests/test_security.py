@@ -201,3 +201,169 @@ def test_the_driver_ends_a_serving_cell_with_its_token() -> None:
     assert outcome.platform_info["driver"]["address"].startswith("127.0.0.1:")
     assert outcome.platform_info["workload"]["server"]["listen"] == "127.0.0.1"
     assert "token" not in json.dumps(outcome.platform_info)  # the token is not stored with the results
+
+
+# -- artifacts ------------------------------------------------------------------------------
+
+TRAIN = {"image_size": 32, "n_images": 8, "source_size": 40, "n_classes": 4, "top_k": 2, "steps": 2,
+         "batch_size": 4, "artifact": "tiny"}
+
+
+def _cells(workloads: list[dict], platforms: list[dict]):  # type: ignore[no-untyped-def]
+    from isobench.plan import expand
+    from isobench.study.loader import load_study_text
+
+    text = json.dumps({"name": "art", "workloads": workloads, "platforms": platforms, "knobs": {"threads": 1},
+                       "repetitions": 1, "warmup": 0, "probes": {}, "timeout_s": 300})
+    return expand(load_study_text(text, "art.yaml", check_host=False))
+
+
+def test_a_planted_link_in_artifacts_is_not_written_through(tmp_path: Path) -> None:
+    """A container cell (root in its own namespace) leaves links where a bare-metal producer,
+    root on the host, writes next: its whole directory, its model file."""
+    import dataclasses
+    import shutil
+
+    from isobench.runner.artifacts import artifacts_dir_for
+    from isobench.runner.execute import run_cell
+    from isobench.runner.study import prepare_data
+
+    need_root()
+    out = tmp_path / "out"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "passwd"
+    victim.write_text("root:x:0:0\n")
+    area = out / "artifacts" / "tiny" / "baremetal"
+    area.parent.mkdir(parents=True)
+    area.symlink_to(outside, target_is_directory=True)  # the producer's directory, a link to /etc say
+    cell = _cells([{"name": "train-save", "params": TRAIN}], [{"name": "baremetal"}])[0]
+    cell = dataclasses.replace(cell, data_dir=prepare_data([cell])[cell.data_key])
+
+    def untouched() -> bool:
+        return victim.read_text() == "root:x:0:0\n" and sorted(p.name for p in outside.iterdir()) == ["passwd"]
+
+    given = artifacts_dir_for(cell, out)
+    assert given == str(out.resolve() / "artifacts/tiny/baremetal") and area.is_dir() and not area.is_symlink()
+    outcome = run_cell(dataclasses.replace(cell, artifacts_dir=given))
+    assert outcome.status == "ok", (outcome.error, outcome.stderr_tail[-500:])
+    assert untouched()
+    model = area / "model.pt"
+    assert model.is_file() and not model.is_symlink() and model.stat().st_size > 1000
+
+    # Links left inside the directory are removed before the producer runs again.
+    for planted in (model, area / "manifest.json"):
+        planted.unlink()
+        planted.symlink_to(victim)
+    assert artifacts_dir_for(cell, out) == given and not any(area.iterdir()) and untouched()
+
+    # A link that replaces the directory after the runner made it (a cell running beside it):
+    # the producer refuses to open it, and the cell fails saying why.
+    shutil.rmtree(area)
+    area.symlink_to(outside, target_is_directory=True)
+    outcome = run_cell(dataclasses.replace(cell, artifacts_dir=given))
+    assert outcome.status == "failed" and "symbolic link is refused" in str(outcome.error)
+    assert untouched()
+
+
+def test_a_consumer_refuses_a_linked_model_and_mounts_read_only(tmp_path: Path) -> None:
+    from isobench.runner.artifacts import artifacts_dir_for, artifacts_mode
+    from isobench.workloads.artifacts import ArtifactError, load_model
+    from isobench.workloads.channel import CellContext
+
+    producer, consumer = _cells([{"name": "train-save", "params": TRAIN},
+                                 {"name": "deploy-infer", "params": {"load_from": "tiny", "requests": 1, "n_classes": 4,
+                                                                     "top_k": 2}}],
+                                [{"name": "baremetal"}])
+    assert producer.workload == "train-save" and consumer.workload == "deploy-infer"
+    out = tmp_path / "out"
+    area = Path(str(artifacts_dir_for(producer, out)))
+    root = artifacts_dir_for(consumer, out)
+    assert root == str(out.resolve() / "artifacts") and area.parent.parent == Path(root)
+    assert (artifacts_mode(producer), artifacts_mode(consumer)) == ("rw", "ro")
+    secret = tmp_path / "secret"
+    secret.write_text("not a model")
+    (area / "manifest.json").write_text(json.dumps({"producer_cell": producer.cell_id, "sha256": "x"}))
+    (area / "model.pt").symlink_to(secret)
+    with open(os.devnull, "w") as sink:
+        ctx = CellContext(sink, {**consumer.worker_payload(), "artifacts_dir": root})
+        with pytest.raises(ArtifactError, match="symbolic link is refused"):
+            load_model(ctx, "tiny", None)
+    # The engines get the same modes: a consumer container cannot write into the artifacts.
+    from dataclasses import replace
+
+    from isobench.platforms.oci import bundle_config
+
+    for cell, mode in ((replace(producer, artifacts_dir=str(area)), "rw"), (replace(consumer, artifacts_dir=root), "ro")):
+        config = bundle_config(cell, ["true"], tmp_path, "/isobench/t", "runc")
+        mount = next(m for m in config["mounts"] if m["destination"] == cell.artifacts_dir)
+        assert mode in mount["options"]
+
+
+# -- the OCI seccomp filter -----------------------------------------------------------------
+
+NAMESPACE_PROBE = '''
+import ctypes, os, subprocess, threading
+from isobench.api import metric
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+SIGCHLD, CLONE_NEWUSER, CLONE_NEWNET = 17, 0x10000000, 0x40000000
+
+
+def clone(flags: int) -> int:
+    """errno of a raw clone(flags) (0 when it worked; the child exits at once)."""
+    pid = libc.syscall(56, ctypes.c_ulong(flags | SIGCHLD), None, None, None, None)  # SYS_clone
+    if pid == 0:
+        os._exit(0)
+    if pid < 0:
+        return ctypes.get_errno()
+    os.waitpid(pid, 0)
+    return 0
+
+
+metric("newuser_errno", clone(CLONE_NEWUSER))
+metric("newnet_errno", clone(CLONE_NEWNET))
+metric("plain_clone_errno", clone(0))
+args = (ctypes.c_uint64 * 11)(0, 0, 0, 0, SIGCHLD, 0, 0, 0, 0, 0, 0)  # struct clone_args
+pid = libc.syscall(435, ctypes.byref(args), ctypes.c_size_t(88))  # SYS_clone3
+if pid == 0:
+    os._exit(0)
+metric("clone3_errno", ctypes.get_errno() if pid < 0 else 0)
+unshare = subprocess.run(["unshare", "-U", "true"], capture_output=True, text=True)
+metric("unshare_status", unshare.returncode)
+seen = []
+worker = threading.Thread(target=lambda: seen.append(1))
+worker.start()
+worker.join()
+metric("thread_ran", len(seen))
+metric("subprocess_status", subprocess.run(["true"]).returncode)
+'''
+
+
+def test_oci_default_filter_denies_new_namespaces_like_docker(tmp_path: Path) -> None:
+    from isobench.plan import expand
+    from isobench.runner.execute import platform_for, run_cell
+    from isobench.study.loader import load_study_text
+    from tests.conftest import need_tool
+
+    need_tool("runc")
+    script = tmp_path / "probe" / "ns_probe.py"
+    script.parent.mkdir()
+    script.write_text(NAMESPACE_PROBE)
+    study = {"name": "ns", "workloads": [{"name": "script", "params": {"path": str(script)}}],
+             "platforms": [{"name": "oci", "runtime": "runc"}, {"name": "baremetal"}],
+             "knobs": {"seccomp": "default"}, "repetitions": 1, "warmup": 0, "probes": {}}
+    found = {}
+    for cell in expand(load_study_text(json.dumps(study), "ns.yaml")):
+        platform = platform_for(cell)
+        platform.prepare()
+        outcome = run_cell(cell, platform)
+        assert outcome.status == "ok", (outcome.error, outcome.stderr_tail[-800:])
+        found[cell.platform] = {name: value[0] for name, value in outcome.done["metrics"].items()}
+    inside = found["oci"]
+    assert inside["newuser_errno"] == 1 and inside["newnet_errno"] == 1  # EPERM, as under Docker
+    assert inside["clone3_errno"] == 38 and inside["unshare_status"] != 0  # ENOSYS: libc falls back to clone
+    assert inside["plain_clone_errno"] == 0 and inside["thread_ran"] == 1 and inside["subprocess_status"] == 0
+    # The probe itself can tell: on the host (root, no filter) the same calls work.
+    assert found["baremetal"]["newuser_errno"] == 0 and found["baremetal"]["clone3_errno"] == 0
