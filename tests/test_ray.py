@@ -4,6 +4,8 @@ labelled as its own host, driven through the CLI as a user would."""
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import signal
 import sqlite3
 import subprocess
@@ -22,10 +24,36 @@ pytestmark = pytest.mark.slow
 HOSTS = ("h0", "h1", "h2")
 
 
+AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def _reread_ray_auth() -> None:
+    """Ray caches its authentication mode and token per process: make this one read them again."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
 class LocalCluster:
-    def __init__(self) -> None:
+    """Three nodes on this machine, with token authentication unless ``auth`` is False.
+
+    The nodes (started from this process) and every `isobench` this test starts inherit the
+    mode and the token file from the environment, as on real machines."""
+
+    def __init__(self, tmp: Path, auth: bool = True) -> None:
         from ray.cluster_utils import Cluster
 
+        self.env_before = {name: os.environ.get(name) for name in AUTH_ENV}
+        for name in AUTH_ENV:
+            os.environ.pop(name, None)
+        os.environ["RAY_AUTH_MODE"] = "token" if auth else "disabled"
+        if auth:
+            token = tmp / "auth_token"
+            token.write_text(secrets.token_hex(32))
+            token.chmod(0o600)
+            os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+        _reread_ray_auth()
         self.cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 1, "labels": {"isobench-host": HOSTS[0], "rack": "a"}, "include_dashboard": False})
         self.nodes = {HOSTS[0]: self.cluster.head_node}
@@ -40,12 +68,17 @@ class LocalCluster:
 
     def shutdown(self) -> None:
         self.cluster.shutdown()
+        for name, value in self.env_before.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
+        _reread_ray_auth()
 
 
-def _cluster() -> Iterator[LocalCluster]:
+def _cluster(tmp: Path, auth: bool = True) -> Iterator[LocalCluster]:
     pytest.importorskip("ray", reason="Ray is not installed (./isobench.sh setup installs it)")
     need_docker()
-    cluster = LocalCluster()
+    cluster = LocalCluster(tmp, auth)
     try:
         yield cluster
     finally:
@@ -53,13 +86,19 @@ def _cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    yield from _cluster()
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from _cluster(tmp_path_factory.mktemp("ray"))
 
 
 @pytest.fixture
-def fresh_cluster() -> Iterator[LocalCluster]:
-    yield from _cluster()
+def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    yield from _cluster(tmp_path_factory.mktemp("ray"))
+
+
+@pytest.fixture
+def open_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster without authentication, as `ray start` makes one unless told otherwise."""
+    yield from _cluster(tmp_path_factory.mktemp("ray"), auth=False)
 
 
 def _spin(work: int, iterations: int = 3) -> dict[str, Any]:
@@ -206,6 +245,7 @@ def test_doctor_shows_each_nodes_capabilities(cluster: LocalCluster) -> None:
     for host in HOSTS:
         assert host in result.stdout
     assert "docker/runc" in result.stdout and "rack=a" in result.stdout
+    assert "authentication: token" in result.stdout
 
 
 def _head(study: Path, address: str, out: Path) -> subprocess.Popen[str]:
@@ -362,3 +402,48 @@ def test_cells_of_a_lost_node_with_no_node_alike_are_recorded_lost_and_resumed_l
     assert len(rows) == 3 and all(r["status"] == "ok" for r in rows)
     assert {r["info"]["host_key"] for r in rows if r["cell_id"] in {x["cell_id"] for x in lost}} == {"hb2"}
     _assert_clean()
+
+
+def _without_token(home: Path, **extra: str) -> dict[str, str]:
+    """This environment as a machine that holds no token for the cluster would have it."""
+    env = {k: v for k, v in os.environ.items() if k not in AUTH_ENV}
+    return {**env, "HOME": str(home), **extra}  # no ~/.ray/auth_token either
+
+
+def test_the_cluster_refuses_clients_without_its_token(cluster: LocalCluster, tmp_path: Path) -> None:
+    from isobench.runner.rayauth import cluster_auth_mode
+
+    assert cluster_auth_mode(cluster.address) == "token"  # a client without a token is turned away
+    study = write_study(tmp_path / "s.yaml", {"name": "tokenless", "workloads": [_spin(1_000)],
+                                              "platforms": [{"name": "baremetal"}], "repetitions": 1, "warmup": 0})
+    out = tmp_path / "out"
+    for env, said in ((_without_token(tmp_path), "needs an authentication token and this machine has none"),
+                      (_without_token(tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32)),
+                       "refused this machine's authentication token")):
+        result = subprocess.run([*ISOBENCH, "run", str(study), "--ray", cluster.address, "--out", str(out)],
+                                env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2 and said in result.stderr, result.stdout + result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+    # with the token (this environment's), the same study runs
+    assert run_cli("run", str(study), "--ray", cluster.address, "--out", str(out)).returncode == 0
+    assert [r["status"] for r in _rows(out)] == ["ok"]
+
+
+def test_an_unauthenticated_cluster_is_refused_unless_allowed(open_cluster: LocalCluster, tmp_path: Path) -> None:
+    from isobench.runner.rayauth import cluster_auth_mode
+
+    assert cluster_auth_mode(open_cluster.address) == "disabled"
+    study = write_study(tmp_path / "s.yaml", {"name": "open", "workloads": [_spin(1_000)],
+                                              "platforms": [{"name": "baremetal"}], "repetitions": 2, "warmup": 0})
+    out = tmp_path / "out"
+    refused = run_cli("run", str(study), "--ray", open_cluster.address, "--out", str(out))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1  # one line, no traceback
+    assert "without authentication" in refused.stderr and "--allow-unauthenticated" in refused.stderr
+    assert not out.exists()  # refused before anything was written
+    doctor = run_cli("doctor", "--ray", open_cluster.address, check=True).stdout
+    assert "authentication: DISABLED" in doctor and "3 live node(s)" in doctor
+    allowed = run_cli("run", str(study), "--ray", open_cluster.address, "--out", str(out), "--allow-unauthenticated")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert [r["status"] for r in _rows(out)] == ["ok", "ok"]
+

@@ -136,6 +136,7 @@ class NodeAgent:
         from isobench.platforms import PLATFORMS
         from isobench.platforms.base import runner_tag
         from isobench.probes import PROBES
+        from isobench.runner.hoststate import sweep_stale as sweep_host_state
         from isobench.study.loader import load_study_text
         from isobench.study.model import Knobs
 
@@ -159,6 +160,7 @@ class NodeAgent:
             platform_cls.sweep_stale()  # leftovers of a runner that died on this host
         for _, probe_cls in PROBES:
             probe_cls.sweep_stale()
+        sweep_host_state()  # cpufreq etc. that a runner killed on this host left changed
         for key, platform in list(self.platforms.items()):
             try:
                 platform.prepare()
@@ -194,6 +196,7 @@ class NodeAgent:
         from isobench.platforms import PLATFORMS
         from isobench.platforms.base import prune_stale_runner_locks
         from isobench.probes import PROBES
+        from isobench.runner.hoststate import sweep_stale as sweep_host_state
 
         removed: list[str] = []
         for _, cls in [*PLATFORMS, *PROBES]:
@@ -201,6 +204,7 @@ class NodeAgent:
                 removed.extend(cls.sweep_stale())
             except Exception as exc:  # one broken sweep must not stop the others
                 removed.append(f"sweep of {cls.__name__} failed: {exc}")
+        removed.extend(sweep_host_state())
         prune_stale_runner_locks()
         return removed
 
@@ -232,8 +236,18 @@ def ray_module() -> Any:
     return ray
 
 
-def connect(address: str) -> Any:
+def connect(address: str, allow_unauthenticated: bool = False) -> Any:
     """Join the cluster at ``address`` ("auto": the one this machine belongs to) as a driver."""
+    return connect_with_auth(address, allow_unauthenticated)[0]
+
+
+def connect_with_auth(address: str, allow_unauthenticated: bool = False) -> tuple[Any, str]:
+    """Join as :func:`connect` does; also say the cluster's authentication mode (token or disabled).
+
+    A cluster that lets clients in without a token is refused unless ``allow_unauthenticated``:
+    the agents run as root, so whoever reaches its port would too (runner/rayauth.py)."""
+    from isobench.runner.rayauth import check_cluster_auth
+
     ray = ray_module()
     fix = "start one (`ray start --head`, README: \"Studies on a Ray cluster\") or pass its address as HOST:PORT"
     if address != "auto":
@@ -245,13 +259,18 @@ def connect(address: str) -> Any:
             socket.create_connection((host, int(port)), timeout=5).close()
         except OSError as exc:
             raise UserError(f"no Ray cluster answers at {address!r}: {exc}", field="--ray", fix=fix) from None
+    mode = check_cluster_auth(address, allow_unauthenticated)
     try:
         ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False,
                  configure_logging=True)
+    except ray.exceptions.AuthenticationError:
+        raise UserError(f"the Ray cluster at {address!r} refused this machine's authentication token",
+                        field="--ray", fix="use the head's token (`ray get-auth-token` there) in ~/.ray/auth_token, "
+                                           "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH") from None
     except Exception as exc:  # ConnectionError, ValueError (bad address), RuntimeError (none running)
         raise UserError(f"no Ray cluster answers at {address!r}: {type(exc).__name__}: {str(exc)[:200]}",
                         field="--ray", fix=fix) from None
-    return ray
+    return ray, mode
 
 
 def start_agents(ray: Any, only: set[str] | None = None) -> list[tuple[dict[str, Any], Any]]:
@@ -453,7 +472,7 @@ def select_nodes(agents: list[tuple[dict[str, Any], Any]], described: list[dict[
 
 
 def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None, resume: bool,
-                     console: Console, address: str) -> Path:
+                     console: Console, address: str, allow_unauthenticated: bool = False) -> Path:
     from isobench.fingerprint import host_fingerprint
     from isobench.runner.study import open_store
     from isobench.store import Store
@@ -465,7 +484,7 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
         raise UserError("repetitions: auto on a cluster needs hosts.mode spread", file=file, field="hosts.mode",
                         fix="use mode spread, or give a number of repetitions")
     slots = hosts.cells_per_node if hosts else 1
-    ray = connect(address)
+    ray = connect(address, allow_unauthenticated)
     agents: list[tuple[dict[str, Any], Any]] = []
     nodes: list[Node] = []
     interrupted = True  # until the cells are done: any exit on the way kills and sweeps
