@@ -25,6 +25,7 @@ pairing cannot beat, and a correlation from two points means nothing.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -160,33 +161,46 @@ def origin_of(cell_id: str, info: dict) -> str | None:
     return cell_id.split("+rerun", 1)[0] if "+rerun" in cell_id else None
 
 
+def _attempt(cell_id: str) -> int:
+    match = re.search(r"\+rerun(\d+)$", cell_id)
+    return int(match.group(1)) if match else 0
+
+
 def screen(cells: list[tuple[str, str, dict]]) -> tuple[set[str], dict[str, tuple[bool, str]]]:
     """Which cells the analysis leaves out, from ``(cell_id, status, platform_info)`` rows.
 
-    A contaminated (or failed) cell with a clean re-run (ok, not contaminated) gives way to the
-    first such re-run; a contaminated cell without one is kept; re-runs not used are left out
-    (one value per round). Returns the left-out ids and, for each contaminated original, whether
-    it was re-run and its reason.
+    The unit of a re-run is what ran together: a cell, or a duet pair (the runner re-runs both
+    members, so the pair ids stay matched). A unit with a contaminated (or failed) member gives
+    way to its first re-run attempt whose members are all clean (ok, not contaminated); a unit
+    without one keeps its original cells, contaminated ones included; the attempts not used are
+    left out (one value per round). Returns the left-out ids and, for each contaminated original,
+    whether a re-run replaced it and its reason.
     """
     status = {cid: st for cid, st, _ in cells}
     infos = {cid: info for cid, _, info in cells}
-    reruns: dict[str, list[str]] = defaultdict(list)
-    for cid, _, info in cells:
-        origin = origin_of(cid, info)
-        if origin is not None:
-            reruns[origin].append(cid)
+    origin = {cid: origin_of(cid, info) or cid for cid, _, info in cells}
+
+    def unit(cid: str) -> str:
+        duet = infos[cid].get("duet")
+        pair = duet.get("pair") if isinstance(duet, dict) else None
+        return str(pair).split("+rerun", 1)[0] if pair else origin[cid]
+
+    attempts: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for cid in status:
+        attempts[unit(cid)][_attempt(cid)].append(cid)
+
+    def clean(members: list[str]) -> bool:
+        return all(status[m] == "ok" and not _flagged(infos[m]) for m in members)
+
     excluded: set[str] = set()
     fate: dict[str, tuple[bool, str]] = {}
-    for cid, _, info in cells:
-        if origin_of(cid, info) is not None:
-            continue
-        tries = sorted(reruns.get(cid, []), key=lambda r: (len(r), r))  # +rerun2 before +rerun10
-        clean = [r for r in tries if status[r] == "ok" and not _flagged(infos[r])]
-        dirty = _flagged(info) or status[cid] != "ok"
-        use = clean[0] if dirty and clean else None
-        excluded.update(r for r in tries if r != use)
-        if use is not None:
-            excluded.add(cid)
-        if _flagged(info):
-            fate[cid] = (use is not None, str(info["interference"].get("reason") or "no reason given"))
+    for tries in attempts.values():
+        first = tries.get(0, [])
+        use = 0
+        if not first or not clean(first):
+            use = next((k for k in sorted(tries) if k > 0 and len(tries[k]) >= len(first) and clean(tries[k])), 0)
+        excluded.update(m for k, members in tries.items() if k != use for m in members)
+        for m in first:
+            if _flagged(infos[m]):
+                fate[m] = (use != 0, str(infos[m]["interference"].get("reason") or "no reason given"))
     return excluded, fate

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
 import statistics
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,8 +91,9 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
                                         "baseline entry with a label (e.g. `- {name: baremetal, label: aa}`)."))
     contaminated = sum(g.contaminated for g in groups)
     if contaminated:
-        reasons = Counter(r for g in groups for r in g.contamination_reasons)
-        why = "; ".join(f"{reason}: {n}" if n > 1 else reason for reason, n in reasons.most_common(3))
+        # Reasons carry each cell's numbers: name one, without its parenthesised details.
+        reasons = [re.sub(r"\s*\([^()]*\)", "", r) for g in groups for r in g.contamination_reasons]
+        why = f"e.g. {reasons[0]}" if reasons else "no reason recorded"
         rerun = sum(g.rerun for g in groups)
         found.append(Warning_("contaminated", f"{contaminated} cells were contaminated ({why}); {rerun} re-run, "
                                               f"{contaminated - rerun} kept: a kept cell's value includes the "
