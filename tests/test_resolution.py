@@ -1,0 +1,263 @@
+"""Resolving power, runner side: the core layout, the duet schedule, interference accounting,
+CPU time per item and the injected slowdown, on real processes and containers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from isobench.hostinfo import host_cpus
+from isobench.plan import expand
+from isobench.plan.cores import core_layout, cpu_list
+from isobench.store import Store
+from isobench.study.loader import load_study_text
+from tests.conftest import need_docker, need_root, run_cli, write_study
+
+
+def _study(**extra: object) -> dict:
+    return {"name": "res", "workloads": [{"name": "cpu-spin", "params": {"iterations": 4, "work": 60_000}}],
+            "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"}],
+            "repetitions": 2, "warmup": 0, "seed": 3, "probes": {}, **extra}
+
+
+def _load(study: dict):
+    import yaml
+
+    return load_study_text(yaml.safe_dump(study), "test.yaml")
+
+
+def _cells(out: Path) -> list[dict]:
+    store = Store.open(out)
+    try:
+        return store.cells(include_warmup=True)
+    finally:
+        store.close()
+
+
+def _metric(out: Path, cell_id: str, metric: str) -> float | None:
+    store = Store.open(out)
+    try:
+        row = store.conn.execute("SELECT value FROM metrics WHERE cell_id = ? AND metric = ?",
+                                 (cell_id, metric)).fetchone()
+        return None if row is None else row[0]
+    finally:
+        store.close()
+
+
+# -- the core layout ----------------------------------------------------------------------------
+
+def test_cpu_lists_are_written_as_ranges() -> None:
+    assert cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert cpu_list([3]) == "3"
+
+
+@pytest.mark.parametrize(("cores", "schedule", "mode", "harness", "sides"), [
+    ([0, 1], "sequential", "disjoint", [0], [[1]]),
+    ([0, 1, 2, 3], "sequential", "disjoint", [0], [[1, 2, 3]]),
+    ([0, 1], "duet", "disjoint", [], [[0], [1]]),
+    ([0, 1, 2, 3, 4], "duet", "disjoint", [0], [[1, 2], [3, 4]]),
+    ([0, 1], "sequential", "all", [], [[0, 1]]),
+])
+def test_core_layout_keeps_harness_and_cells_apart(cores: list[int], schedule: str, mode: str,
+                                                    harness: list[int], sides: list[list[int]]) -> None:
+    study = _load(_study(schedule=schedule, cell_cores=mode))
+    layout = core_layout(study, cores)
+    assert layout.harness == harness and layout.sides == sides
+    for side in layout.sides:  # never the harness's core, never the other side's
+        assert not set(side) & set(layout.harness)
+    if len(sides) == 2:
+        assert not set(sides[0]) & set(sides[1])
+
+
+def test_threads_follow_the_cells_cores_and_knobs_win_over_the_layout() -> None:
+    if len(host_cpus()) < 2:
+        pytest.skip("host has one core: there is no second core to give the cell")
+    cells = expand(_load(_study()))
+    assert all(c.cores == cpu_list(host_cpus()[1:]) for c in cells)
+    knobs = cells[0].effective_knobs()
+    assert knobs["cpuset"] == cells[0].cores and knobs["threads"] == len(host_cpus()) - 1
+    pinned = expand(_load(_study(knobs={"cpuset": "0", "threads": 3})))
+    assert all(c.cores is None for c in pinned)
+    assert pinned[0].effective_knobs() == {"cpuset": "0", "threads": 3}
+    assert all(c.cores is None for c in expand(_load(_study(cell_cores="all"))))
+
+
+def test_disjoint_cell_runs_on_its_core_and_the_runner_on_the_harness_core(tmp_path: Path) -> None:
+    need_root()
+    if len(host_cpus()) < 2:
+        pytest.skip("host has one core: no disjoint layout")
+    out = tmp_path / "out"
+    study = write_study(tmp_path / "s.yaml", _study(repetitions=1))
+    result = run_cli("run", str(study), "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "harness on 0" in result.stdout
+    for cell in _cells(out):
+        assert cell["inside"]["affinity"] == host_cpus()[1:], cell["inside"]
+        assert cell["platform_info"]["cores"] == cpu_list(host_cpus()[1:])
+    store = Store.open(out)
+    assert '"harness": "0"' in (store.meta("cores") or "")
+    store.close()
+
+
+# -- the duet schedule --------------------------------------------------------------------------
+
+def test_duet_plan_pairs_each_entry_with_its_own_baseline_cell_and_swaps_sides() -> None:
+    study = _load(_study(schedule="duet", repetitions=4,
+                         platforms=[{"name": "baremetal"}, {"name": "baremetal", "label": "aa"},
+                                    {"name": "baremetal", "label": "b"}]))
+    cells = expand(study)
+    assert len(cells) == 4 * 2 * 2  # rounds x compared entries x two cells a pair
+    pairs: dict[str, list] = {}
+    for cell in cells:
+        pairs.setdefault(cell.extra["duet_pair"], []).append(cell)
+    for members in pairs.values():
+        assert len(members) == 2 and abs(members[0].seq - members[1].seq) == 1  # adjacent in the plan
+        keys = {m.platform_key for m in members}
+        assert "baremetal" in keys and len(keys) == 2
+        assert {m.extra["duet_side"] for m in members} == {0, 1}
+        if len(host_cpus()) >= 2:
+            assert members[0].cores != members[1].cores
+    # each compared entry's baseline side alternates from round to round
+    for key in ("aa", "b"):
+        sides = [c.extra["duet_side"] for c in cells if c.platform_key == "baremetal"
+                 and c.extra["duet_partner"] == key]
+        assert sides == [sides[0], 1 - sides[0]] * 2, sides
+    assert len({c.cell_id for c in cells}) == len(cells)
+
+
+def test_duet_refuses_tenants_and_a_lone_baseline(tmp_path: Path) -> None:
+    lone = write_study(tmp_path / "lone.yaml", _study(schedule="duet", platforms=[{"name": "baremetal"}]))
+    result = run_cli("plan", str(lone))
+    assert result.returncode == 2 and "schedule: duet" in result.stderr and "fix:" in result.stderr
+    tenants = write_study(tmp_path / "t.yaml", _study(schedule="duet", tenants=2))
+    result = run_cli("plan", str(tenants))
+    assert result.returncode == 2 and "tenant" in result.stderr
+
+
+def test_duet_pair_starts_behind_one_barrier_and_runs_side_by_side(tmp_path: Path) -> None:
+    need_docker()
+    out = tmp_path / "out"
+    study = write_study(tmp_path / "d.yaml", _study(
+        schedule="duet", repetitions=2, reruns=0, platforms=[{"name": "baremetal"}, {"name": "docker"}],
+        workloads=[{"name": "cpu-spin", "params": {"iterations": 1, "work": 1000, "min_seconds": 1.0}}]))
+    result = run_cli("run", str(study), "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cells = _cells(out)
+    assert len(cells) == 4 and all(c["status"] == "ok" for c in cells)
+    by_pair: dict[str, list[dict]] = {}
+    for cell in cells:
+        by_pair.setdefault(cell["platform_info"]["duet"]["pair"], []).append(cell)
+    sides = []
+    for members in by_pair.values():
+        assert len(members) == 2
+        duet = [m["platform_info"]["duet"] for m in members]
+        assert duet[0]["release_skew_s"] < 0.25  # launched together
+        # side by side: each cell's measured second overlaps the other's
+        starts = [m["started_at"] + m["startup_s"] for m in members]
+        ends = [m["started_at"] + m["wall_s"] for m in members]
+        assert max(starts) < min(ends), (starts, ends)
+        if len(host_cpus()) >= 2:  # on disjoint cores
+            assert members[0]["inside"]["affinity"] != members[1]["inside"]["affinity"]
+        sides.append({m["platform_key"]: m["platform_info"]["duet"]["side"] for m in members})
+    assert sides[0]["baremetal"] != sides[1]["baremetal"]  # swapped between the two rounds
+
+
+# -- interference accounting, CPU time per item, slowdown --------------------------------------------
+
+def _busy_loop_on(core: int) -> subprocess.Popen:
+    code = f"import os, time\nos.sched_setaffinity(0, {{{core}}})\nend = time.time() + 60\nwhile time.time() < end: pass\n"
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_interference_rises_when_a_busy_loop_shares_the_cells_core(tmp_path: Path) -> None:
+    need_root()
+    if len(host_cpus()) < 2:
+        pytest.skip("host has one core: no disjoint layout")
+    spin = {"name": "cpu-spin", "params": {"iterations": 1, "work": 1000, "min_seconds": 1.0}}
+    quiet, loaded = tmp_path / "quiet", tmp_path / "loaded"
+    study = _study(platforms=[{"name": "baremetal"}], workloads=[spin], repetitions=1, reruns=0)
+    assert run_cli("run", str(write_study(tmp_path / "q.yaml", study)), "--out", str(quiet)).returncode == 0
+    hog = _busy_loop_on(host_cpus()[1])
+    try:
+        time.sleep(0.3)
+        result = run_cli("run", str(write_study(tmp_path / "l.yaml", {**study, "name": "res2"})), "--out", str(loaded))
+    finally:
+        hog.kill()
+        hog.wait()
+    assert result.returncode == 0, result.stdout + result.stderr
+    [calm] = _cells(quiet)
+    [busy] = _cells(loaded)
+    calm_i, busy_i = calm["platform_info"]["interference"], busy["platform_info"]["interference"]
+    assert busy_i["other_cpu_s"] > 0.3 * busy_i["window_s"], busy_i  # the hog took about half the core
+    assert busy_i["other_cpu_s"] > calm_i["other_cpu_s"] + 0.2, (calm_i, busy_i)
+    assert busy_i["contaminated"] and "threshold" in busy_i["reason"]
+    assert busy_i["runq"] > calm_i["runq"], (calm_i, busy_i)
+    # CPU time per item stays near the work done while wall time per item grows: waiting, not computing
+    wall = _metric(loaded, busy["cell_id"], "e2e")
+    cpu = _metric(loaded, busy["cell_id"], "cpu.per_item")
+    assert wall is not None and cpu is not None and cpu < 0.8 * wall, (cpu, wall)
+
+
+def test_a_contaminated_cell_is_rerun_and_both_are_kept(tmp_path: Path) -> None:
+    need_root()
+    if len(host_cpus()) < 2:
+        pytest.skip("host has one core: no disjoint layout")
+    spin = {"name": "cpu-spin", "params": {"iterations": 1, "work": 1000, "min_seconds": 0.5}}
+    study = write_study(tmp_path / "s.yaml", _study(platforms=[{"name": "baremetal"}], workloads=[spin],
+                                                    repetitions=1, reruns=2, contamination_threshold=0.05))
+    hog = _busy_loop_on(host_cpus()[1])
+    try:
+        time.sleep(0.3)
+        result = run_cli("run", str(study), "--out", str(tmp_path / "out"))
+    finally:
+        hog.kill()
+        hog.wait()
+    assert result.returncode == 0, result.stdout + result.stderr
+    cells = _cells(tmp_path / "out")
+    ids = [c["cell_id"] for c in cells]
+    assert len(cells) == 3 and ids[1] == f"{ids[0]}+rerun1" and ids[2] == f"{ids[0]}+rerun2", ids
+    assert all(c["platform_info"]["interference"]["contaminated"] for c in cells)
+    assert all(c["platform_info"]["rerun_of"] == ids[0] for c in cells[1:])
+    assert "re-running" in result.stdout
+
+
+def test_slowdown_knob_adds_its_fraction_inside_the_timed_items(tmp_path: Path) -> None:
+    need_root()
+    out = tmp_path / "out"
+    spin = {"name": "cpu-spin", "params": {"iterations": 40, "work": 30_000}}
+    study = write_study(tmp_path / "s.yaml", _study(
+        workloads=[spin], repetitions=1, reruns=0,
+        platforms=[{"name": "baremetal"}, {"name": "baremetal", "label": "slow", "knobs": {"slowdown": 0.2}}]))
+    result = run_cli("run", str(study), "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    store = Store.open(out)
+    rows = store.conn.execute("SELECT c.platform_key, p.item, p.phase, p.seconds FROM phases p "
+                              "JOIN cells c USING (cell_id)").fetchall()
+    store.close()
+    slow = {(item, phase): seconds for key, item, phase, seconds in rows if key == "slow"}
+    assert not [r for r in rows if r[0] == "baremetal" and r[2] == "injected"]  # only where asked
+    shares = sorted(slow[(i, "injected")] / slow[(i, "compute")] for i in range(40))
+    # inside each timed item, the injected work is a fifth of the item's own work, and in its e2e
+    assert 0.14 < shares[20] < 0.3, shares
+    for i in range(40):
+        assert abs(slow[(i, "e2e")] - slow[(i, "compute")] - slow[(i, "injected")]) < 1e-6
+
+
+def test_worker_keeps_to_its_cores() -> None:
+    from isobench.workloads.worker import place_on_cores
+
+    if len(host_cpus()) < 2:
+        pytest.skip("host has one core")
+    before = os.sched_getaffinity(0)
+    try:
+        place_on_cores(str(host_cpus()[-1]))
+        assert os.sched_getaffinity(0) == {host_cpus()[-1]}
+        place_on_cores(None)  # every core the process may have
+        assert os.sched_getaffinity(0) == set(host_cpus())
+    finally:
+        os.sched_setaffinity(0, before)
