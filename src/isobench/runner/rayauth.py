@@ -1,7 +1,7 @@
 """Ray token authentication: which mode a cluster is in, and joining it only when it is safe.
 
 isobench's agents run as root on every node, so a Ray cluster that accepts clients without a
-token lets anyone who reaches its port run code as root there. Ray (2.5x and later) checks a
+token lets anyone who reaches its port run code as root there. Ray (2.60, installed here) checks a
 shared token on every RPC when its processes run with ``RAY_AUTH_MODE=token``; the token comes
 from ``RAY_AUTH_TOKEN``, the file named by ``RAY_AUTH_TOKEN_PATH``, or ``~/.ray/auth_token``
 (``ray get-auth-token --generate`` writes that one).
