@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from isobench.analysis.stats import ratio_ci
+from isobench.analysis.stats import paired_ratio_ci, ratio_ci
 
 
 def lognormal(n: int, median: float, sigma: float, rng: random.Random) -> list[float]:
@@ -45,3 +45,17 @@ def test_exact_values() -> None:
 def test_rejects_nonpositive() -> None:
     with pytest.raises(ValueError):
         ratio_ci([0.0, 1.0], [1.0, 1.0])
+
+
+def test_paired_interval_uses_the_log_differences() -> None:
+    # Every pair differs by exactly 10%: the rounds' own levels (1, 2, 3) cancel out.
+    exact = paired_ratio_ci([(1.1, 1.0), (2.2, 2.0), (3.3, 3.0)])
+    assert exact.ratio == pytest.approx(1.1) and exact.ci_low == pytest.approx(1.1) and exact.se < 1e-12
+    rng = random.Random(3)
+    pairs = [(1.05 * math.exp(b + rng.gauss(0, 0.01)), math.exp(b + rng.gauss(0, 0.01)))
+             for b in (rng.gauss(0, 0.2) for _ in range(6))]
+    est = paired_ratio_ci(pairs)
+    assert est.df == 5 and est.ci_low < 1.05 < est.ci_high and est.ci_low > 1
+    # the same estimate at another level, from its SE and df
+    assert est.interval(0.95) == pytest.approx((est.ci_low, est.ci_high))
+    assert ratio_ci([a for a, _ in pairs], [b for _, b in pairs]).ci_low < 1  # unpaired: lost in the rounds' spread

@@ -54,7 +54,8 @@ def render_markdown(analysis: Analysis) -> str:
                             [[c["workload"], c["platform"] + (f" on {c.get('host')}" if multi_host(analysis) else ""),
                               str(c["n"]),
                               "n/a" if c["half_width"] is None else f"±{c['half_width']:.2%}",
-                              c["status"] + (f" at round {c['reached_at']}" if c.get("reached_at") else "")]
+                              c["status"] + (f" ({c['verdict']})" if c.get("status") == "verdict" else "")
+                              + (f" at round {c['reached_at']}" if c.get("reached_at") else "")]
                              for c in a["comparisons"]]))
     out += ["", "## Warnings", ""]
     out += [f"- {md(w.text)}" for w in analysis.warnings] or ["- none"]
