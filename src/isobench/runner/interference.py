@@ -29,6 +29,8 @@ from typing import Any
 USER_HZ = os.sysconf("SC_CLK_TCK")
 PROC_STAT = Path("/proc/stat")
 PROC_SCHEDSTAT = Path("/proc/schedstat")
+#: windows shorter than this are never flagged: tick-granular counters cannot judge them
+MIN_JUDGED_WINDOW_S = 0.5
 
 
 @dataclass
@@ -118,7 +120,11 @@ def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
         result["runq_source"] = "schedstat, the cell's cores"
     lost = (steal + result.get("other_cpu_s", 0.0)) / (window * len(cores))
     result["lost_share"] = lost
-    result["contaminated"] = lost > threshold
+    # /proc/stat counts in ticks (10 ms): a shorter window cannot tell a neighbour from rounding
+    result["contaminated"] = lost > threshold and window >= MIN_JUDGED_WINDOW_S
+    result["kind"] = "steal" if steal > result.get("other_cpu_s", 0.0) else "other tasks"
+    if window < MIN_JUDGED_WINDOW_S:
+        result["note"] = f"window under {MIN_JUDGED_WINDOW_S:g} s: too short to judge contamination"
     if result["contaminated"]:
         result["reason"] = (f"{lost:.0%} of the cell's core time went elsewhere (steal {steal:.2f} s, other "
                             f"tasks {result.get('other_cpu_s', 0.0):.2f} s over {window:.2f} s), above the "
