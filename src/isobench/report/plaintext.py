@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import re
+import string
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,8 +36,25 @@ def term(value: object) -> str:
 
 
 def markup(template: str, *args: object, **kwargs: object) -> Markup:
-    """``template`` (ours, with rich tags and ``{}`` slots) filled with escaped user values."""
-    return Markup(template.format(*(term(a) for a in args), **{k: term(v) for k, v in kwargs.items()}))
+    """``template`` (ours, with rich tags and ``{}`` slots) filled with escaped user values.
+    (On a plain rich Console ``:emoji:`` codes in values still turn into emoji: use PlainConsole.)"""
+    out: list[str] = []
+    position = 0
+    parts = list(string.Formatter().parse(template))
+    for index, (literal, name, spec, _conversion) in enumerate(parts):
+        out.append(literal)
+        if name is None:
+            continue
+        if name == "":
+            value, position = args[position], position + 1
+        else:
+            value = args[int(name)] if name.isdigit() else kwargs[name]
+        text = term(format(value, spec or ""))
+        following = parts[index + 1][0] if index + 1 < len(parts) else ""
+        if text.endswith("\\\\") and not following.startswith("["):
+            text = text[:-1]  # rich doubles a final backslash for a tag that may follow; none does here
+        out.append(text)
+    return Markup("".join(out))
 
 
 def plain(value: object) -> Text:
