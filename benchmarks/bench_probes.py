@@ -1,7 +1,9 @@
 """What probes cost a cell, measured in one run, cells interleaved so drift hits both sides.
 
-1. The default probe set on vs off: the E2E time ratio (target <= 1.01) on resnet-infer and
-   lenet-train, with its Welch 95% CI, and the runner's extra CPU per cell.
+1. The default probe set on vs off: the E2E time ratio (target <= 1.01, with a 95% CI half-width
+   <= 1%) on resnet-infer and lenet-train, paired by round (the two sides of a round run back to
+   back, order flipped every round), and the runner's extra CPU per cell. Cells run as a study
+   runs them: on their own core, the runner on the harness's (plan/cores.py), 5 s long.
 2. Each optional probe alone vs none on lenet-train: E2E ratio, extra CPU, start+stop time.
 
     .venv/bin/python benchmarks/bench_probes.py [--reps 5] [--cost-reps 3] [--platform baremetal]
@@ -19,7 +21,7 @@ import math
 import resource
 import time
 
-from isobench.analysis.stats import ratio_ci
+from isobench.analysis.stats import paired_ratio_ci, ratio_ci
 from isobench.plan import expand
 from isobench.plan.cells import Cell
 from isobench.probes import PROBES
@@ -29,13 +31,13 @@ from isobench.runner.study import prepare_data
 from isobench.store.sqlite import cell_metrics
 from isobench.study.loader import load_study_text
 
-WORKLOADS = {"resnet-infer": {"image_size": 64, "requests": 30},
-             "lenet-train": {"steps": 100, "batch_size": 32}}
+WORKLOADS = {"resnet-infer": {"image_size": 64, "requests": 10, "min_seconds": 5.0},
+             "lenet-train": {"steps": 20, "batch_size": 32, "min_seconds": 5.0}}
 
 
 def make_cell(workload: str, params: dict, platform: str) -> Cell:
     study = {"name": "bench-probes", "workloads": [{"name": workload, "params": params}],
-             "platforms": [{"name": platform}], "knobs": {"threads": 2}, "repetitions": 1, "warmup": 0,
+             "platforms": [{"name": platform}], "repetitions": 1, "warmup": 0, "warmup_items": 5,
              "probes": {}}
     cell = expand(load_study_text(json.dumps(study), "bench.yaml"))[0]
     return dataclasses.replace(cell, data_dir=prepare_data([cell]).get(cell.data_key or ""))
@@ -76,9 +78,15 @@ def interleaved(cell: Cell, platform, a: dict, b: dict, reps: int) -> dict:  # t
 
 
 def fmt_ratio(sample: list[float], reference: list[float]) -> str:
-    est = ratio_ci(sample, reference)
-    ci = f"{est.ci_low:.3f}-{est.ci_high:.3f}" if est.ci_low is not None else "n/a"
-    return f"{est.ratio:.3f} (95% CI {ci})"
+    """Paired by round (the sides of a round ran back to back), Welch where pairing does not help."""
+    paired = paired_ratio_ci(list(zip(sample, reference, strict=True))) if len(sample) >= 3 else None
+    welch = ratio_ci(sample, reference)
+    est, how = (paired, "paired") if paired and paired.se is not None and welch.se is not None \
+        and paired.se < welch.se else (welch, "Welch")
+    if est.ci_low is None or est.ci_high is None:
+        return f"{est.ratio:.3f} (no CI)"
+    half = max(est.ci_high - 1, 1 - est.ci_low)
+    return f"{est.ratio:.3f} (95% CI {est.ci_low:.3f}-{est.ci_high:.3f}, ±{half:.1%} from 1, {how})"
 
 
 def mean(values: list[float]) -> float:
@@ -125,7 +133,7 @@ def sampler_costs(seconds: float = 2.0) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=5, help="rounds of the default-set comparison")
+    parser.add_argument("--reps", type=int, default=12, help="rounds of the default-set comparison")
     parser.add_argument("--cost-reps", type=int, default=3, help="rounds per optional probe")
     parser.add_argument("--platform", default="baremetal")
     parser.add_argument("--skip-default", action="store_true")
@@ -133,6 +141,14 @@ def main() -> None:
     args = parser.parse_args()
 
     started = time.monotonic()
+    # The runner on the harness's core(s), the cells on theirs, as `isobench run` places them.
+    from isobench.plan.cores import core_layout
+    from isobench.runner.harness import harness_on_its_cores
+
+    layout = core_layout(load_study_text(json.dumps({"name": "layout", "workloads": [{"name": "cpu-spin"}],
+                                                     "platforms": [{"name": args.platform}]}), "bench.yaml"))
+    harness = harness_on_its_cores(layout, pin_engine=False)
+    print(f"cores: {harness.__enter__()}")
     print("sampling cost of the default probes (their own thread's CPU time)")
     sampler_costs()
     platform = None

@@ -57,6 +57,8 @@ class Cell:
     cores: str | None = None
     #: the share of its cores' time lost to steal or other tasks above which the cell is contaminated
     contamination_threshold: float = 0.10
+    #: untimed items at the start of the cell (the workload's lazy set-up), see CellContext
+    warmup_items: int = 0
 
     @property
     def group(self) -> str:
@@ -83,7 +85,8 @@ class Cell:
         """What the worker inside the platform needs (no host-only details)."""
         return {"cell_id": self.cell_id, "workload": self.workload, "params": self.params,
                 "knobs": self.effective_knobs(), "seed": self.seed, "data_dir": self.data_dir,
-                "artifacts_dir": self.artifacts_dir, "platform_key": self.platform_key, "cores": self.cores}
+                "artifacts_dir": self.artifacts_dir, "platform_key": self.platform_key, "cores": self.cores,
+                "warmup_items": self.warmup_items}
 
 
 def group_key(workload_key: str, params: dict[str, Any], platform_key: str, knobs: dict[str, Any]) -> str:
@@ -143,6 +146,7 @@ def expand(study: Study, repetitions: int | None = None) -> list[Cell]:
             cells.append(Cell(study=study.name, cell_id=f"{gkey}/{tag}", seq=len(cells),
                               rep=rep, warmup=warmup, seed=study.seed + rep, timeout_s=study.timeout_s,
                               contamination_threshold=study.contamination_threshold,
+                              warmup_items=study.warmup_items,
                               probes=probes, **{k: v for k, v in group.items() if k != "_consumes"}))
     from isobench.plan.cores import assign_cores
     from isobench.plan.duet import pair_for_duet

@@ -199,6 +199,8 @@ class Study(BaseModel):
     schedule: Literal["sequential", "duet"] = "sequential"
     #: TOST margin: a ratio whose 90% CI lies within [1/(1+m), 1+m] is "equivalent"
     equivalence_margin: float = Field(0.02, gt=0, lt=1, description="equivalence margin (0.02: ±2%)")
+    #: untimed items at the start of every cell: a process's first items pay for lazy set-up
+    warmup_items: int = Field(0, ge=0, le=100_000, description="untimed items first in every cell")
     #: every workload that can runs at least this long per cell (its `min_seconds`), whatever its item count
     min_seconds: float | None = Field(None, ge=0, le=7 * 86400, description="cell length in seconds")
     #: a cell whose cores were busy with other work beyond this share of its measured window is contaminated

@@ -37,6 +37,10 @@ class CellContext:
         self.threads: int | None = cell.get("knobs", {}).get("threads")
         self.seed: int = int(cell.get("seed", 0))
         self._items = 0
+        #: untimed items first (pyperf's warm-ups): a process's first items pay for lazy set-up
+        #: (allocator pools, kernel primitives chosen on first use), which is start-up, not speed
+        self._warmup_items = int(cell.get("warmup_items") or 0)
+        self._warmed = 0
         self._run_started: float | None = None
         self._notes: dict[str, Any] = {}
 
@@ -64,12 +68,20 @@ class CellContext:
 
     def start_run(self) -> None:
         """Mark the start of the timed items (after setup): the runner reads the cell's CPU time
-        and its cores' interference counters here (runner/interference.py)."""
-        self.emit({"type": "run_start"})
+        and its cores' interference counters here (runner/interference.py), or after the
+        warm-up items when the cell has any."""
+        if not self._warmup_items:
+            self.emit({"type": "run_start"})
         self._run_started = time.perf_counter()
 
     def item(self, phases: dict[str, float], e2e: float) -> None:
         """Report one timed item: its phase durations and its end-to-end time (seconds)."""
+        if self._warmed < self._warmup_items:
+            self._warmed += 1
+            if self._warmed == self._warmup_items:  # the measured window starts with the next item
+                self.emit({"type": "run_start", "warmup_items": self._warmed})
+                self._run_started = time.perf_counter()
+            return
         self.emit({"type": "item", "i": self._items, "e2e": e2e, "phases": phases})
         self._items += 1
 
