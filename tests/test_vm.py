@@ -213,3 +213,44 @@ def test_knobs_size_the_vm() -> None:
     assert vanilla.sizing(Knobs(cpuset=str(cores[-1])))[0] == 1  # one vCPU per cpuset core
     pinned = Vm(PlatformEntry(name="vm", options={"pin_vcpus": True, "vcpus": 3}))
     assert pinned.sizing(Knobs(cpuset=str(cores[-1])))[2] == [cores[-1]] * 3  # vcpupin within the cpuset
+
+
+GUEST_VIEW = '''
+import os
+from isobench.api import metric, step
+
+step()
+try:
+    open("/etc/shadow").read()
+    metric("shadow_readable", 1)
+except OSError:
+    metric("shadow_readable", 0)
+metric("root_entries", len([n for n in os.listdir("/root") if n != ".pyenv"]))
+metric("ssh_visible", int(os.path.exists("/etc/ssh")))
+metric("home_visible", int(os.path.exists("/home") and bool(os.listdir("/home"))))
+try:
+    open("/usr/isobench-guest-write-test", "w").close()
+    metric("usr_writable", 1)
+except OSError:
+    metric("usr_writable", 0)
+'''
+
+
+def test_guest_sees_the_host_mirror_not_the_host(guest, tmp_path: Path) -> None:
+    """The guest's root holds the host mirror (the interpreter, the project, the data sets, the
+    script) and nothing else of the host: no /etc/shadow, nothing of /root but the way to the
+    interpreter; and it is read-only."""
+    script = tmp_path / "probe" / "guest_view.py"
+    script.parent.mkdir()
+    script.write_text(GUEST_VIEW)
+    host_root = [n for n in os.listdir("/root") if n != ".pyenv"]
+    assert Path("/etc/shadow").exists() and host_root  # else the test could not fail
+    cell = _cell({"name": "microvm", "options": {"vcpus": 1, "memory": "384m"}},
+                 workload={"name": "script", "params": {"path": str(script)}})
+    platform, outcome = _run(cell)
+    assert outcome.status == "ok", (outcome.error, outcome.stderr_tail)
+    seen = {name: value[0] for name, value in outcome.done["metrics"].items()}
+    assert seen == {"shadow_readable": 0, "root_entries": 0, "ssh_visible": 0, "home_visible": 0,
+                    "usr_writable": 0}
+    assert not Path("/usr/isobench-guest-write-test").exists()
+    assert not my_leftovers()

@@ -3,8 +3,9 @@
 The kernel is Debian's ``linux-image-*-amd64`` (fetched with ``apt-get download`` and
 unpacked, never installed) or a kernel the user names. The initramfs holds busybox, the
 kernel modules the guest needs (from the *guest* kernel's package, in dependency order)
-and ``/init``: it mounts the host's root read-only over 9p, runs the cell's job inside it
-with the host's own interpreter, reports on a control port and powers off. Everything is
+and ``/init``: it mounts the guest's root over 9p (the host mirror only, never the host's
+``/``: see :mod:`isobench.platforms.guestroot`), runs the cell's job inside it with the
+host's own interpreter, reports on a control port and powers off. Everything is
 cached under ``<cache>/vm`` by content hash and rebuilt when an input changes.
 """
 

@@ -1,8 +1,9 @@
-"""vm, microvm and vm-container: the cell runs in a QEMU guest that mounts the host's root.
+"""vm, microvm and vm-container: the cell runs in a QEMU guest that mounts the host mirror.
 
-The guest (kernel + isobench's initramfs, see :mod:`isobench.platforms.guest`) mounts the
-host's root read-only over 9p and runs the worker with the host's own interpreter, so
-only the platform differs from a bare-metal cell. Channels, all virtio-serial ports:
+The guest (kernel + isobench's initramfs, see :mod:`isobench.platforms.guest`) mounts, over
+9p, a root that holds only what a container cell sees (the host mirror, the data sets, the
+cell's own mounts: :mod:`isobench.platforms.guestroot`) and runs the worker with the host's
+own interpreter, so only the platform differs from a bare-metal cell. Channels, all virtio-serial ports:
 
 - ``isobench.records``: the worker's stdout, written by QEMU straight to its own stdout,
   which is the pipe the runner reads (nothing else is ever written there);
@@ -48,7 +49,8 @@ from isobench.platforms.base import (
 )
 from isobench.platforms.cgroups import PARENT, CellCgroup, prune_empty, remove_tree, stale_groups
 from isobench.platforms.guest import CONTROL_PORT, RECORDS_PORT, GuestImage, cached_debian_kernel, guest_image
-from isobench.platforms.hostmirror import build_skeleton, container_env, data_root, mirror_paths
+from isobench.platforms.guestroot import Export, guest_exports, namespace_script, wrap
+from isobench.platforms.hostmirror import build_skeleton, container_env, data_root
 from isobench.study.model import Knobs, PlatformEntry, parse_memory
 
 STATE_ROOT = Path("/run/isobench/vm")
@@ -287,7 +289,8 @@ class QemuMachine:
     memory_mb: int
     pin: list[int] | None  # host core per vCPU, or None (vanilla)
 
-    def argv(self, image: GuestImage, state: Path, job_dir: Path, name: str) -> list[str]:
+    def argv(self, image: GuestImage, state: Path, job_dir: Path, name: str, root_writable: bool = False
+             ) -> list[str]:
         mmio = self.machine == "microvm"
         dev = (lambda kind: f"virtio-{kind}-device") if mmio else (lambda kind: f"virtio-{kind}-pci")
         machine = "microvm,rtc=on" if mmio else "pc"
@@ -311,7 +314,9 @@ class QemuMachine:
             "-device", f"virtserialport,chardev=records,name={RECORDS_PORT}",
             "-chardev", f"socket,id=control,path={state / 'control.sock'}",
             "-device", f"virtserialport,chardev=control,name={CONTROL_PORT}",
-            "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
+            # The guest's root (see guestroot): read-only unless a producer's artifacts are in it.
+            "-fsdev", f"local,id=hostroot,path={state / 'root'},security_model=none,"
+                      f"{'' if root_writable else 'readonly=on,'}multidevs=remap",
             "-device", f"{dev('9p')},fsdev=hostroot,mount_tag=host",
             "-fsdev", f"local,id=job,path={job_dir},security_model=none,readonly=on",
             "-device", f"{dev('9p')},fsdev=job,mount_tag=job",
@@ -334,17 +339,21 @@ class GuestRun:
 
     @classmethod
     def start(cls, machine: QemuMachine, image: GuestImage, name: str, job: list[str], stderr: Any,
-              cgroup: CellCgroup | None, extra_files: dict[str, str] | None = None) -> GuestRun:
+              cgroup: CellCgroup | None, extra_files: dict[str, str] | None = None,
+              exports: list[Export] | None = None) -> GuestRun:
         state = STATE_ROOT / name
         shutil.rmtree(state, ignore_errors=True)
         job_dir = state / "job"
         job_dir.mkdir(parents=True)
-        # The guest mounts fresh tmpfs on /tmp and /run: name the mirrored paths beneath them to keep.
-        keep = " ".join(shlex.quote(p) for p in (*mirror_paths(), str(data_root()))
-                        if p.startswith(("/tmp/", "/run/")))
+        exports = guest_exports() if exports is None else exports
+        writable = any(e.writable for e in exports)
+        (state / "root").mkdir()
+        (state / "guestroot.sh").write_text(namespace_script(state / "root", exports))
+        # The guest mounts fresh tmpfs on /tmp and /run: name the exported paths beneath them to keep.
+        keep = " ".join(shlex.quote(e.path) for e in exports if e.path.startswith(("/tmp/", "/run/")))
         (job_dir / "guest.env").write_text(
-            "ISOBENCH_ROOTFS=9p\nISOBENCH_ROOTFS_OPTS=trans=virtio,version=9p2000.L,ro,msize=524288,cache=loose\n"
-            f"ISOBENCH_KEEP={shlex.quote(keep)}\n")
+            f"ISOBENCH_ROOTFS=9p\nISOBENCH_ROOTFS_OPTS=trans=virtio,version=9p2000.L,{'rw' if writable else 'ro'},"
+            f"msize=524288,cache={'mmap' if writable else 'loose'}\nISOBENCH_KEEP={shlex.quote(keep)}\n")
         (job_dir / "run.sh").write_text(job_script(job))
         for filename, text in (extra_files or {}).items():
             (job_dir / filename).write_text(text)
@@ -357,7 +366,8 @@ class GuestRun:
         qmp_listener, control_listener = listeners
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(machine.argv(image, state, job_dir, name), stdin=subprocess.DEVNULL,
+            argv = wrap(machine.argv(image, state, job_dir, name, writable), state / "guestroot.sh")
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
                                     preexec_fn=cgroup.join if cgroup else None)
         except BaseException:
@@ -546,6 +556,16 @@ class QemuPlatform(Platform):
         """The command the guest runs (in the host's root) and extra files for the job share."""
         return argv, {}
 
+    def guest_exports(self, cell: Cell) -> list[Export]:
+        """What of the host the guest sees: the host mirror, the cell's mounts, its artifacts."""
+        from isobench.runner.artifacts import artifacts_writable
+
+        read_only = list(cell.mounts)
+        writable = cell.artifacts_dir if cell.artifacts_dir and artifacts_writable(cell) else None
+        if cell.artifacts_dir and not writable:
+            read_only.append(cell.artifacts_dir)
+        return guest_exports(read_only, writable)
+
     # -- lifecycle -----------------------------------------------------------------------
     def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
         image: GuestImage = getattr(self, "image", None) or guest_image(
@@ -562,7 +582,7 @@ class QemuPlatform(Platform):
         job, files = self.guest_job(cell, argv)
         machine = QemuMachine(accel=accel, machine=self.machine, vcpus=vcpus, memory_mb=memory_mb, pin=pin)
         try:
-            run = GuestRun.start(machine, image, name, job, stderr, group, files)
+            run = GuestRun.start(machine, image, name, job, stderr, group, files, self.guest_exports(cell))
         except BaseException:
             group.destroy()
             shutil.rmtree(STATE_ROOT / name, ignore_errors=True)
@@ -746,13 +766,23 @@ class VmContainer(QemuPlatform):
         super().prepare()
         self.rootfs = build_skeleton((str(data_root()),))
 
+    def _rootfs(self, cell: Cell) -> Path:
+        rootfs = getattr(self, "rootfs", None) or build_skeleton((str(data_root()),))
+        if cell.mounts or cell.artifacts_dir:  # the container's root is read-only: mount points must exist
+            more = (*cell.mounts, cell.artifacts_dir) if cell.artifacts_dir else tuple(cell.mounts)
+            rootfs = build_skeleton((str(data_root()), *more))
+        return rootfs
+
+    def guest_exports(self, cell: Cell) -> list[Export]:
+        base = super().guest_exports(cell)
+        return guest_exports([e.path for e in base if not e.writable] + [str(self._rootfs(cell))],
+                             next((e.path for e in base if e.writable), None))
+
     def guest_job(self, cell: Cell, argv: list[str]) -> tuple[list[str], dict[str, str]]:
         from isobench.platforms.oci import bundle_config
 
         runtime = self.runtime()
-        rootfs = getattr(self, "rootfs", None) or build_skeleton((str(data_root()),))
-        if cell.mounts:  # the container's root is read-only: a script directory needs its mount point
-            rootfs = build_skeleton((str(data_root()), *cell.mounts))
+        rootfs = self._rootfs(cell)
         # The VM carries cpus/cpuset/memory; the container keeps the rest (seccomp, threads).
         inner = dataclasses.replace(cell, cores=None, knobs={k: v for k, v in cell.effective_knobs().items()
                                                              if k not in ("cpus", "cpuset", "memory")})
