@@ -12,7 +12,7 @@ from isobench.analysis.fleet import FleetRow, fleet_rows, fleet_views
 from isobench.analysis.hints import Hint, hints
 from isobench.analysis.stats import log_sd
 from isobench.analysis.views import Context, View, build_views
-from isobench.analysis.warnings import Warning_, study_warnings
+from isobench.analysis.warnings import Warning_, core_sharing_warning, study_warnings
 from isobench.store import Store
 from isobench.study.loader import load_study_text
 from isobench.study.model import Study
@@ -97,7 +97,8 @@ def analyse(store: Store, force: bool = False, target: float = 0.01, with_views:
     views = [*fleet_views(shown, hosts_meta), *build_views(ctx)] if with_views else []
     return Analysis(study=study, study_text=text, host=store.host(), groups=groups, comparisons=comparisons,
                     views=views, hosts=hosts_of(shown), fleet=fleet_rows(shown), hosts_meta=hosts_meta,
-                    warnings=study_warnings(store.host(), groups, comparisons, len(failures), baseline_key, target),
+                    warnings=[*study_warnings(store.host(), groups, comparisons, len(failures), baseline_key, target),
+                              *filter(None, [core_sharing_warning(store.meta("cores"), store.cells())])],
                     hints=hints(ctx), advice=advise(groups, shown, baseline_key, target), failures=failures,
                     adaptive=json.loads(adaptive_meta) if adaptive_meta else None, forced=force, shown=shown)
 

@@ -161,3 +161,26 @@ def _collapse(found: list[Warning_], kind: str, template: str, limit: int = 3) -
     first = found.index(same[0])
     rest = [w for w in found if w.kind != kind]
     return rest[:first] + [merged] + rest[first:]
+
+
+def core_sharing_warning(cores_meta: str | None, cells: list[dict[str, Any]]) -> Warning_ | None:
+    """When a study gave its cells every core (``cell_cores: all``), what that cost: the share of
+    the cells' core time that other tasks (the harness, the engine, the probes) took while they
+    measured, from each cell's interference accounting (runner/interference.py)."""
+    import json
+
+    try:
+        layout = json.loads(cores_meta or "null")
+    except ValueError:
+        return None
+    if not isinstance(layout, dict) or layout.get("layout") != "all":
+        return None
+    shares = [c["platform_info"]["interference"]["lost_share"] for c in cells
+              if isinstance((c.get("platform_info") or {}).get("interference"), dict)
+              and "lost_share" in c["platform_info"]["interference"]]
+    cost = (f": other tasks (the runner, probes, engine) took a median {statistics.median(shares):.1%} of the "
+            f"cells' core time while they measured (max {max(shares):.1%})") if shares else ""
+    return Warning_("cores", f"cells had every core (cell_cores: all){cost}. That contention is measured "
+                             "with the platform and widens the A/A floor; the default, cell_cores: disjoint, keeps "
+                             "the harness on a core of its own.")
+

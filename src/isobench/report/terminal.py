@@ -211,8 +211,28 @@ def failures(store: Store) -> list[str]:
             for row in store.cells(include_warmup=True) if row["status"] != "ok"]
 
 
+def cores_line(store: Store) -> str | None:
+    """Where cells and harness ran (plan/cores.py), as the runner recorded it."""
+    import json
+
+    try:
+        facts = json.loads(store.meta("cores") or "null")
+    except ValueError:
+        return None
+    if not isinstance(facts, dict):
+        return None
+    if facts.get("layout") == "all":
+        return "cores: every cell had every core (cell_cores: all), shared with the harness"
+    sides = " | ".join(str(s) for s in facts.get("sides") or [])
+    return (f"cores: cells on {sides} (one side per duet member)" if len(facts.get("sides") or []) > 1
+            else f"cores: cells on {sides}") + f", harness on {facts.get('harness')}, engine {facts.get('engine')}"
+
+
 def print_summary(store: Store, comparisons: list[Comparison], console: Console) -> None:
     console.print(comparison_table(store, comparisons))
+    line = cores_line(store)
+    if line:
+        console.print(line, markup=False, highlight=False)
     for text in noise_floor_lines(comparisons) + headline(comparisons):
         console.print(text, markup=False, highlight=False)
     print_fleet(store, comparisons, console)
