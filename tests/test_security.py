@@ -95,13 +95,15 @@ def test_only_the_engine_reading_the_file_is_reloaded(tmp_path: Path) -> None:
     other.write_text("{}\n")
     hups = tmp_path / "hups"
     script = tmp_path / "dockerd"
-    script.write_text(f"#!/bin/sh\ntrap 'echo hup >> {hups}' HUP\nwhile :; do sleep 0.05; done\n")
+    # Says it is ready once its trap is set: a SIGHUP before that would just kill it.
+    script.write_text(f"#!/bin/sh\ntrap 'echo hup >> {hups}' HUP\ntouch \"$0.$$.ready\"\n"
+                      "while :; do sleep 0.05; done\n")
     script.chmod(0o755)
     mine = subprocess.Popen([str(script), "--config-file", str(config)], start_new_session=True)
     bystander = subprocess.Popen([str(script), f"--config-file={other}"], start_new_session=True)
     try:
-        wait_for(lambda: Path(f"/proc/{mine.pid}/comm").read_text().strip() == "dockerd", 5, "the stand-in")
-        wait_for(lambda: Path(f"/proc/{bystander.pid}/comm").read_text().strip() == "dockerd", 5, "the other")
+        for ready in (Path(f"{script}.{mine.pid}.ready"), Path(f"{script}.{bystander.pid}.ready")):
+            wait_for(ready.exists, 10, "a stand-in engine to start")
         assert reload_engines(config) == [mine.pid]
         wait_for(lambda: hups.exists(), 5, "the SIGHUP to arrive")
         time.sleep(0.3)
