@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from isobench.hostinfo import host_cpus
+from isobench.hostinfo import host_cpus, parse_cpu_list
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
 from isobench.study.loader import load_study_text
@@ -93,7 +93,7 @@ def _assert_ran(outcome, platform, verdict) -> dict:
 
 def test_vm_pinned_vcpu_and_memory(guest) -> None:
     _, verdict = guest
-    # One vCPU pinned to the last core; QEMU's other threads (9p, serial) stay free to float, so
+    # One vCPU pinned to the cell's first core; QEMU's other threads (9p, serial) stay free to float, so
     # the emulated guest is not squeezed onto one core with them.
     cell = _cell({"name": "vm", "options": {"pin_vcpus": True, "vcpus": 1}}, {"memory": "384m"})
     platform, outcome = _run(cell)
@@ -102,7 +102,7 @@ def test_vm_pinned_vcpu_and_memory(guest) -> None:
     assert info["vcpus"] == 1 and info["guest"]["nproc"] == 1
     assert outcome.hello["inside"]["affinity"] == [0]
     assert 300 * 1024 < info["guest"]["memtotal_kb"] <= 384 * 1024
-    first = min(host_cpus())
+    first = min(parse_cpu_list(cell.cores)) if cell.cores else min(host_cpus())  # the cell's core (plan/cores.py)
     assert info["pinned"] == {"0": first}
     assert info["vcpu_host_cpus"]["0"] == [first]  # sampled all along: it never ran elsewhere
     assert outcome.platform_info["guest_exit"] == 0

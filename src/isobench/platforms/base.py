@@ -54,6 +54,8 @@ class Platform(ABC):
     description: ClassVar[str] = ""
     #: cells go through a container engine's daemons (dockerd, containerd): the harness pins them
     uses_engine: ClassVar[bool] = False
+    #: the worker sees the host's core numbers (not a guest's), so it can keep to the cell's cores
+    host_cores_inside: ClassVar[bool] = True
     knobs: ClassVar[frozenset[str]] = ALL_KNOBS
     #: rough seconds from launch to the worker's first record, for `isobench plan`
     startup_estimate_s: ClassVar[float] = 0.3

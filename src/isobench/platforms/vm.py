@@ -449,6 +449,7 @@ class QemuPlatform(Platform):
     """What vm, microvm and vm-container share: sizing, acceleration, launch and cleanup."""
 
     machine: ClassVar[str] = "pc"
+    host_cores_inside = False  # the guest has vCPUs; QEMU's cgroup keeps them on the cell's cores
     #: boot plus the worker's start in the guest: a few seconds under KVM, ~10 s or more under TCG
     startup_estimate_s = 8.0
     #: the study's `allow_emulation: true` is copied into this platform's options

@@ -131,6 +131,8 @@ class _ChannelReader(threading.Thread):
 
 def worker_argv(cell: Cell, platform: Platform | None = None) -> list[str]:
     payload = cell.worker_payload()
+    if platform is not None and not platform.host_cores_inside:
+        payload["cores"] = None  # a guest numbers its vCPUs itself: the platform places the cell
     if cell.network and platform is not None:
         # A cell on the host's network serves on loopback only; one with a network namespace of
         # its own (a bridge) on all of it, as the host reaches it at its bridge address.
