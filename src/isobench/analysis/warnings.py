@@ -15,6 +15,8 @@ from isobench.analysis.verdict import MAX_NEEDED, fmt_margin
 
 #: robust z (0.6745·|x − median| / MAD) above which a repetition is an outlier (Iglewicz–Hoaglin)
 OUTLIER_Z = 3.5
+#: ... and at least this far from the median (log scale, about 3%), so tight groups are not flagged for 1%
+OUTLIER_MIN_LOG = 0.03
 #: relative standard deviation between repetitions above which results are called unstable (pyperf: 10%)
 UNSTABLE_SD = 0.10
 
@@ -44,7 +46,8 @@ def outlier_reps(pairs: list[tuple[int, float]]) -> list[tuple[int, float, float
     found = []
     for (rep, value), x in zip(pairs, logs, strict=True):
         z = 0.6745 * abs(x - median) / mad
-        if z > OUTLIER_Z:
+        # and far in absolute terms too: with tight repetitions a 1% step has a huge robust z
+        if z > OUTLIER_Z and abs(x - median) > OUTLIER_MIN_LOG:
             found.append((rep, value, z))
     return found
 
