@@ -35,8 +35,9 @@ from isobench.analysis.blocked import Point, estimate
 from isobench.analysis.stats import ratio_ci
 from isobench.store import Store
 
-WORKLOADS = {"resnet-infer": {"image_size": 64, "requests": 5},
-             "lenet-train": {"steps": 20, "batch_size": 32}}
+# the default study's workloads and sizes
+WORKLOADS = {"resnet-infer": {"image_size": 64, "requests": 20},
+             "lenet-train": {"steps": 50, "batch_size": 16}}
 DESIGNS = {
     "today": {"cell_cores": "all", "knobs": {"threads": 2}},
     "disjoint": {"cell_cores": "disjoint"},
@@ -47,7 +48,7 @@ DESIGNS = {
 def study_for(design: str, min_seconds: float, rounds: int) -> dict:
     return {"name": f"res-{design}", "workloads": [{"name": w, "params": p} for w, p in WORKLOADS.items()],
             "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"}],
-            "baseline": "baremetal", "repetitions": rounds, "warmup": 0, "seed": 7, "reruns": 0,
+            "baseline": "baremetal", "repetitions": rounds, "warmup": 0, "warmup_items": 10, "seed": 7, "reruns": 0,
             "min_seconds": min_seconds, "probes": {}, **DESIGNS[design]}
 
 
