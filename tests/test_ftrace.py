@@ -353,3 +353,25 @@ def test_tenants_starting_together_mount_tracefs_once(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     results, mounts = out.stdout.splitlines()[-2:]
     assert results == "[None, None, None, None]" and mounts == "1", out.stdout
+
+
+def test_a_trace_file_stops_at_its_cap_and_the_probe_says_so() -> None:
+    need_tracefs()
+    from isobench.probes.base import ProbeTarget
+    from isobench.probes.ftrace import FtraceProbe, FtraceSettings
+
+    # 96 MiB of fresh pages: ~25,000 page-fault events, far more than 1 MiB of trace text
+    child = _waiting_child("x = bytearray(96 << 20)\nx[::4096] = b'1' * len(x[::4096])\n")
+    probe = FtraceProbe(FtraceSettings(syscalls=False, block=False, buffers=False, max_trace_mb=1))
+    try:
+        probe.start(ProbeTarget("baremetal", child.pid))
+        child.communicate("\n", timeout=60)
+        instances = len(probe.trace.instances())
+        result = probe.stop()
+    finally:
+        probe.abort()
+        child.kill()
+    # each file (write-back and the cell's page faults) stops at the cap in /dev/shm; one reached it
+    assert 1 << 20 <= result.info["trace_bytes"] <= instances << 20, result.info["trace_bytes"]
+    assert "probes.ftrace.max_trace_mb" in result.info["truncated"]
+    assert dict((m, v) for m, v, _ in result.metrics)["page_faults"] > 0  # what fits is still parsed

@@ -22,6 +22,7 @@ from isobench.probes import PROBES
 from isobench.probes.base import Probe, ProbeCheck, ProbeResult, ProbeSettings, ProbeTarget
 from isobench.probes.ftrace_parse import CODE, REASONS, RWBS_BITS, Events, parse_file
 from isobench.probes.tracefs import (
+    DEFAULT_TRACE_BYTES,
     CellTrace,
     DirtyBackgroundKnob,
     missing_events,
@@ -54,6 +55,8 @@ class FtraceSettings(ProbeSettings):
                                    "so background write-backs happen on a large-memory host")
     sample_interval_s: float = Field(0.2, gt=0, le=10, description="how often the cell's tasks are listed")
     large_buffer: bool = Field(False, description=f"allow buffer_kb above {BUFFER_KB_CAP} KiB per CPU")
+    max_trace_mb: int = Field(DEFAULT_TRACE_BYTES >> 20, ge=1, le=1 << 20,
+                              description="each trace file in /dev/shm (memory) is cut at this size, MiB")
 
     @model_validator(mode="after")
     def _buffer_cap(self) -> FtraceSettings:
@@ -90,7 +93,7 @@ class FtraceProbe(Probe):
         cell = (PAGE_FAULT_EVENTS if s.page_faults else []) + (SYSCALL_EVENTS if s.syscalls else [])
         missing = set(missing_events(host + cell))
         self.trace = CellTrace("ft", [e for e in host if e not in missing], [e for e in cell if e not in missing],
-                               s.buffer_kb, s.sample_interval_s)
+                               s.buffer_kb, s.sample_interval_s, max_bytes=s.max_trace_mb << 20)
         if s.dirty_background_bytes:
             self.knob = DirtyBackgroundKnob(s.dirty_background_bytes)
             self.knob.apply()
@@ -115,6 +118,9 @@ class FtraceProbe(Probe):
             result.info["trace_bytes"] = sum(i.trace_file.stat().st_size for i in trace.instances()
                                              if i.trace_file.exists())
             result.info["clock"] = "CLOCK_MONOTONIC seconds (time_s columns)"
+            if trace.lost().get("truncated"):
+                result.info["truncated"] = (f"a trace file reached {self.settings.max_trace_mb} MiB and was cut there: "
+                                            "later events are missing; raise probes.ftrace.max_trace_mb")
             result.info["window_s"] = [trace.host.started_mono if trace.host else 0.0, trace.stopped_mono]
             return result
         finally:

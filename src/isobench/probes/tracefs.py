@@ -31,6 +31,8 @@ from isobench.probes.base import ProbeTarget
 
 TRACEFS = Path("/sys/kernel/tracing")
 STATE_DIR = Path("/run/isobench/ftrace")
+#: each trace file in /dev/shm (memory) stops growing here; probes.ftrace.max_trace_mb overrides it
+DEFAULT_TRACE_BYTES = 512 << 20
 SHM = Path("/dev/shm")
 PREFIX = "isobench-"
 VM = Path("/proc/sys/vm")
@@ -54,8 +56,8 @@ def tracefs_problem() -> str | None:
                                          capture_output=True, text=True)
                 if mounted.returncode != 0 or not (TRACEFS / "instances").is_dir():
                     return f"cannot mount tracefs at {TRACEFS}: {mounted.stderr.strip()}"
-    if shutil.which("setpriv") is None or shutil.which("cat") is None:
-        return "needs setpriv and cat (util-linux, coreutils) for the trace reader"
+    if shutil.which("setpriv") is None or shutil.which("head") is None:
+        return "needs setpriv and head (util-linux, coreutils) for the trace reader"
     return None
 
 
@@ -75,13 +77,15 @@ def _write(path: Path, value: str, append: bool = False) -> None:
 class TraceInstance:
     """One private instance with a set of events, streamed to a file in /dev/shm."""
 
-    def __init__(self, role: str, events: list[str], buffer_kb: int, pid_filter: bool = False) -> None:
+    def __init__(self, role: str, events: list[str], buffer_kb: int, pid_filter: bool = False,
+                 max_bytes: int = DEFAULT_TRACE_BYTES) -> None:
         from isobench.platforms.base import runner_tag
 
         self.name = f"{PREFIX}{runner_tag()}-{next(_sequence)}-{role}"
         self.path = TRACEFS / "instances" / self.name
         self.events = events
         self.buffer_kb = buffer_kb
+        self.max_bytes = max_bytes
         self.pid_filter = pid_filter
         self.trace_file = SHM / f"{self.name}.trace"
         self.state_file = STATE_DIR / f"{self.name}.json"
@@ -109,7 +113,9 @@ class TraceInstance:
             _write(self.path / "options" / "event-fork", "1")  # children of traced tasks are traced too
             self.add_pids(pids)
         with os.fdopen(fd, "wb") as out:
-            self.reader = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "cat", str(self.path / "trace_pipe")],
+            # /dev/shm is memory: the reader stops at max_bytes, and the probe says the trace was cut
+            self.reader = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "head", "-c", str(self.max_bytes),
+                                            str(self.path / "trace_pipe")],
                                            stdout=out, stdin=subprocess.DEVNULL)
         self.state_file.write_text(json.dumps({"instance": self.name, "trace_file": str(self.trace_file),
                                                "reader_pid": self.reader.pid}))
@@ -142,7 +148,8 @@ class TraceInstance:
         time.sleep(0.05)  # the reader's last read() may still be in flight
         self.stats = {"overrun": sum(self._per_cpu("overrun").values()),
                       "dropped": sum(self._per_cpu("dropped events").values()),
-                      "unread": sum(self._per_cpu("entries").values())}
+                      "unread": sum(self._per_cpu("entries").values()),
+                      "truncated": int(self.trace_file.exists() and self.trace_file.stat().st_size >= self.max_bytes)}
         self.close()
 
     def _per_cpu(self, key: str) -> dict[str, int]:
@@ -336,9 +343,11 @@ class CellTrace:
     keeps the filter and the pid set up to date as children and threads appear."""
 
     def __init__(self, role: str, all_tasks: list[str], cell_tasks: list[str], buffer_kb: int,
-                 interval_s: float, on_process: Callable[[int], None] | None = None) -> None:
-        self.host = TraceInstance(f"{role}h", all_tasks, buffer_kb) if all_tasks else None
-        self.cell = TraceInstance(f"{role}c", cell_tasks, buffer_kb, pid_filter=True) if cell_tasks else None
+                 interval_s: float, on_process: Callable[[int], None] | None = None,
+                 max_bytes: int = DEFAULT_TRACE_BYTES) -> None:
+        self.host = TraceInstance(f"{role}h", all_tasks, buffer_kb, max_bytes=max_bytes) if all_tasks else None
+        self.cell = TraceInstance(f"{role}c", cell_tasks, buffer_kb, pid_filter=True,
+                                  max_bytes=max_bytes) if cell_tasks else None
         self.interval_s = interval_s
         self.on_process = on_process
         self.sampler: TaskSampler | None = None
