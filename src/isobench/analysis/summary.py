@@ -97,7 +97,8 @@ def analyse(store: Store, force: bool = False, target: float = 0.01, with_views:
     views = [*fleet_views(shown, hosts_meta), *build_views(ctx)] if with_views else []
     return Analysis(study=study, study_text=text, host=store.host(), groups=groups, comparisons=comparisons,
                     views=views, hosts=hosts_of(shown), fleet=fleet_rows(shown), hosts_meta=hosts_meta,
-                    warnings=[*study_warnings(store.host(), groups, comparisons, len(failures), baseline_key, target),
+                    warnings=[*study_warnings(store.host(), groups, comparisons, len(failures), baseline_key, target,
+                                             at_once=2 if study.schedule == "duet" else 1),
                               *filter(None, [core_sharing_warning(store.meta("cores"), store.cells())])],
                     hints=hints(ctx), advice=advise(groups, shown, baseline_key, target), failures=failures,
                     adaptive=json.loads(adaptive_meta) if adaptive_meta else None, forced=force, shown=shown)

@@ -53,7 +53,9 @@ def outlier_reps(pairs: list[tuple[int, float]]) -> list[tuple[int, float, float
 
 
 def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[Comparison],
-                   failed_cells: int, baseline_key: str, target: float = 0.01) -> list[Warning_]:
+                   failed_cells: int, baseline_key: str, target: float = 0.01, at_once: int = 1) -> list[Warning_]:
+    """``at_once``: cells the schedule runs at the same time (2 in a duet), so their own load is
+    not taken for a neighbour's."""
     found: list[Warning_] = []
     # -- the host --
     governor = host.get("governor")
@@ -72,7 +74,7 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
                                       "idle host; interleaved rounds spread the harm but widen the intervals."))
     names = {m for g in groups for m in g.metrics}
     start_load = [v for g in groups for v in g.metrics.get("probe.environment.loadavg_1m_start", [])]
-    if start_load and statistics.fmean(start_load) > 0.5 * cores:
+    if start_load and statistics.fmean(start_load) > 0.5 * cores + (at_once - 1):
         found.append(Warning_("host", f"the 1-minute load average was {statistics.fmean(start_load):.1f} on average "
                                       f"when cells started ({cores} cores; environment probe): other work shared the "
                                       "CPU during the study. Re-run on a quiet host; interleaving spreads the harm "
@@ -84,7 +86,7 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
         own_values = [v for g in groups for v in g.metrics.get(own, [])] if own else []
         busy = statistics.fmean(values) if values else 0.0
         mine = statistics.fmean(own_values) / cores if own_values else 0.0
-        if busy - mine > 25:
+        if busy - mine * at_once > 25:
             found.append(Warning_("host", f"the host was {busy:.0f}% busy on average during cells ({host_busy}), "
                                           f"well above what the cells themselves used: other load ran during the "
                                           "study. Re-run on a quiet host."))
@@ -100,7 +102,10 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
         rerun = sum(g.rerun for g in groups)
         found.append(Warning_("contaminated", f"{contaminated} cells were contaminated ({why}); {rerun} re-run, "
                                               f"{contaminated - rerun} kept: a kept cell's value includes the "
-                                              "interference; a re-run took the place of the others."))
+                                              "interference; a re-run took the place of the others."
+                                              + (" A duet needs the other tasks off both cores (they land on one "
+                                                 "side of a pair): quiet the host, or use schedule: sequential, "
+                                                 "which keeps a core for them." if at_once > 1 else "")))
     if failed_cells:
         found.append(Warning_("cells", f"{failed_cells} cell(s) did not finish: their groups have fewer "
                                        "repetitions; `isobench summary DIR` lists why."))

@@ -136,9 +136,16 @@ def expand(study: Study, repetitions: int | None = None) -> list[Cell]:
         study.initial_repetitions if repetitions is None else repetitions)]
     for round_index, (warmup, rep) in enumerate(rounds):
         order = list(range(len(groups)))
-        random.Random(f"{study.seed}:{round_index}").shuffle(order)
+        shuffle = random.Random(f"{study.seed}:{round_index}")
+        shuffle.shuffle(order)
+        # Within a round, each workload variant's cells run back to back (the variants' order
+        # shuffled too): the host's speed drifts over tens of seconds, and a comparison pairs
+        # cells of one variant, so the shorter the stretch they share, the less drift is left.
+        variants = list(dict.fromkeys((groups[i]["workload_key"], _canonical(groups[i]["params"])) for i in order))
+        rank = {variant: n for n, variant in enumerate(variants)}
         # A cell that loads an artifact (a trained model) runs after the round's producers.
-        order.sort(key=lambda i: groups[i]["_consumes"])
+        order.sort(key=lambda i: (groups[i]["_consumes"],
+                                  rank[(groups[i]["workload_key"], _canonical(groups[i]["params"]))]))
         for index in order:
             group = groups[index]
             gkey = group_key(group["workload_key"], group["params"], group["platform_key"], group["knobs"])
