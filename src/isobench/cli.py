@@ -276,20 +276,10 @@ def doctor(ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
 
 
 def _doctor_repair() -> None:
-    from isobench.platforms import PLATFORMS
-    from isobench.platforms.base import prune_stale_runner_locks, runner_tag
-    from isobench.probes import PROBES
-    from isobench.runner.hoststate import STATE_DIR, journal, sweep_stale
+    from isobench.runner.hoststate import STATE_DIR, journal
+    from isobench.runner.leftovers import sweep_leftovers
 
-    runner_tag()  # this process is a runner too: what it sweeps is never its own
-    restored = sweep_stale()
-    removed: list[str] = []
-    for _, cls in [*PLATFORMS, *PROBES]:
-        try:
-            removed.extend(cls.sweep_stale())
-        except Exception as exc:  # one broken sweep must not stop the others
-            removed.append(f"sweep of {cls.__name__} failed: {exc}")
-    prune_stale_runner_locks()
+    restored, removed = sweep_leftovers()
     for line in restored:
         console.print(line, markup=False, highlight=False)  # "<kind> <target> restored to <value>"
     for line in removed:

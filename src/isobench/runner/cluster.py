@@ -193,20 +193,10 @@ class NodeAgent:
 
     def sweep(self) -> list[str]:
         """Remove what dead runners left on this host (an agent killed mid-cell, for one)."""
-        from isobench.platforms import PLATFORMS
-        from isobench.platforms.base import prune_stale_runner_locks
-        from isobench.probes import PROBES
-        from isobench.runner.hoststate import sweep_stale as sweep_host_state
+        from isobench.runner.leftovers import sweep_leftovers
 
-        removed: list[str] = []
-        for _, cls in [*PLATFORMS, *PROBES]:
-            try:
-                removed.extend(cls.sweep_stale())
-            except Exception as exc:  # one broken sweep must not stop the others
-                removed.append(f"sweep of {cls.__name__} failed: {exc}")
-        removed.extend(sweep_host_state())
-        prune_stale_runner_locks()
-        return removed
+        restored, removed = sweep_leftovers()
+        return removed + restored
 
     def finish(self) -> list[str]:
         """Clean up this node: the platforms' shared state, empty cgroups, dead runners' leftovers."""
@@ -480,6 +470,9 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
     study, study_text, file, out, store = open_store(study_text, file, out, resume)
     hosts = study.hosts
     mode = hosts.mode if hosts else "spread"
+    if study.schedule == "duet":  # a pair shares one host's cores: the node agents run one cell at a time
+        raise UserError("schedule: duet runs a pair on one host's cores and cluster runs send one cell at a "
+                        "time to a node", file=file, field="schedule", fix="use schedule: sequential with --ray")
     if study.repetitions == "auto" and mode == "each":
         raise UserError("repetitions: auto on a cluster needs hosts.mode spread", file=file, field="hosts.mode",
                         fix="use mode spread, or give a number of repetitions")

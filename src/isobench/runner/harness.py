@@ -1,8 +1,11 @@
 """Keep the harness off the cells' cores (plan/cores.py decides which cores are whose).
 
-The runner process (its record readers, probe samplers, progress bar) and the container
-engine's long-lived daemons (dockerd, containerd: every record a container writes passes
-through them) go onto the harness's cores for the study. The runner's own affinity is
+The runner process (its record readers, probe samplers, progress bar) and containerd (the
+shims it forks for each container inherit its affinity, and every record a container writes
+passes through a shim) go onto the harness's cores for the study. dockerd stays where it is:
+it checks a container's ``--cpus`` against the cores it may run on itself, so a pinned dockerd
+refuses ``cpus: 1.5`` on a 2-core host; cells write their records in batches, so the little
+it forwards does not matter. The runner's own affinity is
 process state and simply put back; the daemons' is host state, changed through the
 journal (runner/hoststate.py), so a runner killed with ``kill -9`` leaves it to the next
 run's sweep or ``isobench doctor --repair`` to restore.
@@ -23,7 +26,9 @@ from pathlib import Path
 import psutil
 
 from isobench.plan.cores import CoreLayout, cpu_list
-from isobench.probes.target import ENGINE_DAEMONS
+
+#: engine daemons moved to the harness's cores (see the module docstring for why not dockerd)
+PINNED_DAEMONS = ("containerd",)
 
 
 def _pin_process(pid: int, cores: list[int]) -> None:
@@ -33,7 +38,7 @@ def _pin_process(pid: int, cores: list[int]) -> None:
 
 
 def engine_pids() -> list[int]:
-    return sorted(p.pid for p in psutil.process_iter(["name"]) if (p.info["name"] or "") in ENGINE_DAEMONS)
+    return sorted(p.pid for p in psutil.process_iter(["name"]) if (p.info["name"] or "") in PINNED_DAEMONS)
 
 
 @contextlib.contextmanager
