@@ -30,7 +30,8 @@ def test_scenarios_store_the_verdict_on_bare_metal_and_docker(tmp_path: Path) ->
     workloads = [{"name": "loadgen", "label": f"lg-{name}", "params": {**TINY, "scenario": name, **extra}}
                  for name, (extra, _) in SCENARIOS.items()]
     text = json.dumps({"name": "lg", "workloads": workloads, "platforms": [{"name": "baremetal"}, {"name": "docker"}],
-                       "knobs": {"threads": 1}, "repetitions": 1, "warmup": 0, "probes": {}, "timeout_s": 300})
+                       "knobs": {"threads": 1}, "repetitions": 1, "warmup": 0, "probes": {}, "timeout_s": 300,
+                       "reruns": 0})
     out = run_study(text, "lg.yaml", tmp_path / "out", False, Console(file=io.StringIO()))
     db = sqlite3.connect(out / "isobench.sqlite")
     db.row_factory = sqlite3.Row

@@ -17,6 +17,7 @@ from typing import Any
 from isobench.analysis import verdict as vd
 from isobench.analysis.blocked import Point, estimate, screen
 from isobench.analysis.stats import bootstrap_ratio_ci, effect_words, holm, interval_at
+from isobench.plan.cells import closest_by_knobs
 from isobench.plan.tenancy import tenant_spec
 from isobench.store import Store
 from isobench.study.loader import load_study_text
@@ -182,14 +183,8 @@ def hosts_of(items: list[Any]) -> list[str]:
 
 
 def _baseline_for(group: Group, candidates: list[Group]) -> Group | None:
-    same = [c for c in candidates if c.workload == group.workload and c.params == group.params]
-    if not same:
-        return None
-    exact = [c for c in same if c.knobs == group.knobs]
-    if exact:
-        return exact[0]
-    # The baseline sweeps fewer knobs: match on the knobs it shares with the group.
-    return max(same, key=lambda c: sum(group.knobs.get(k) == v for k, v in c.knobs.items()))
+    return closest_by_knobs(group.knobs, [c for c in candidates
+                                          if c.workload == group.workload and c.params == group.params])
 
 
 def compare(store: Store) -> list[Comparison]:

@@ -12,11 +12,13 @@ import itertools
 import json
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from isobench.hostinfo import parse_cpu_list
 from isobench.study.loader import knob_combinations
 from isobench.study.model import Study
+
+T = TypeVar("T")
 
 
 def _canonical(value: Any) -> str:
@@ -68,7 +70,7 @@ class Cell:
         """The knobs the platform and the worker apply: the study's, plus the layout's cores as a
         cpuset, and torch threads following those cores when the study sets none."""
         knobs = dict(self.knobs)
-        if self.cores is not None and knobs.get("cpuset") is None and knobs.get("cpus") is None:
+        if self.cores is not None and knobs.get("cpuset") is None:
             knobs["cpuset"] = self.cores
             if knobs.get("threads") is None:
                 knobs["threads"] = len(parse_cpu_list(self.cores))
@@ -87,6 +89,18 @@ class Cell:
                 "knobs": self.effective_knobs(), "seed": self.seed, "data_dir": self.data_dir,
                 "artifacts_dir": self.artifacts_dir, "platform_key": self.platform_key, "cores": self.cores,
                 "warmup_items": self.warmup_items}
+
+
+def closest_by_knobs(knobs: dict[str, Any], same_variant: list[T]) -> T | None:
+    """The candidate (of the same workload variant) whose knobs are ``knobs``, else the one sharing
+    most of them: a baseline that sweeps fewer knobs matches on those it has. Used to pick a
+    comparison's baseline (analysis) and a duet pair's baseline cell (plan)."""
+    if not same_variant:
+        return None
+    exact = [c for c in same_variant if c.knobs == knobs]  # type: ignore[attr-defined]
+    if exact:
+        return exact[0]
+    return max(same_variant, key=lambda c: sum(knobs.get(k) == v for k, v in c.knobs.items()))  # type: ignore[attr-defined]
 
 
 def group_key(workload_key: str, params: dict[str, Any], platform_key: str, knobs: dict[str, Any]) -> str:

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from isobench.plan.cells import Cell
     from isobench.study.model import Study
 
-#: knobs that choose the cell's cores or CPU share themselves: the layout leaves such a cell alone
-CORE_KNOBS = ("cpuset", "cpus", "placement", "chr", "reserve_idle_cores", "numa_node")
+#: knobs that choose the cell's cores themselves: the layout leaves such a cell alone (a CPU quota,
+#: ``cpus``, keeps the layout's cores when it fits on them, else it may spread over every core)
+CORE_KNOBS = ("cpuset", "placement", "chr", "reserve_idle_cores", "numa_node")
 
 
 def cpu_list(cores: list[int]) -> str:
@@ -76,9 +77,11 @@ def assign_cores(study: Study, cells: list[Cell]) -> list[Cell]:
         return cells
     placed = []
     for cell in cells:
-        if any(cell.knobs.get(k) is not None for k in CORE_KNOBS):
+        side = int(cell.extra.get("duet_side", 0)) % len(layout.sides)
+        quota = cell.knobs.get("cpus")
+        if any(cell.knobs.get(k) is not None for k in CORE_KNOBS) or (quota is not None
+                                                                       and quota > len(layout.sides[side])):
             placed.append(cell)
             continue
-        side = int(cell.extra.get("duet_side", 0)) % len(layout.sides)
         placed.append(replace(cell, cores=cpu_list(layout.sides[side])))
     return placed

@@ -33,13 +33,9 @@ def _round_tag(cell: Cell) -> str:
 
 
 def _baseline_for(cell: Cell, baselines: list[Cell]) -> Cell | None:
-    same = [b for b in baselines if _variant(b) == _variant(cell)]
-    if not same:
-        return None
-    exact = [b for b in same if b.knobs == cell.knobs]
-    if exact:
-        return exact[0]
-    return max(same, key=lambda b: sum(cell.knobs.get(k) == v for k, v in b.knobs.items()))
+    from isobench.plan.cells import closest_by_knobs
+
+    return closest_by_knobs(cell.knobs, [b for b in baselines if _variant(b) == _variant(cell)])
 
 
 def pair_for_duet(study: Study, cells: list[Cell]) -> list[Cell]:

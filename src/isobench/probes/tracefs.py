@@ -56,8 +56,8 @@ def tracefs_problem() -> str | None:
                                          capture_output=True, text=True)
                 if mounted.returncode != 0 or not (TRACEFS / "instances").is_dir():
                     return f"cannot mount tracefs at {TRACEFS}: {mounted.stderr.strip()}"
-    if shutil.which("setpriv") is None or shutil.which("head") is None:
-        return "needs setpriv and head (util-linux, coreutils) for the trace reader"
+    if any(shutil.which(tool) is None for tool in ("setpriv", "stdbuf", "head")):
+        return "needs setpriv, stdbuf and head (util-linux, coreutils) for the trace reader"
     return None
 
 
@@ -113,9 +113,10 @@ class TraceInstance:
             _write(self.path / "options" / "event-fork", "1")  # children of traced tasks are traced too
             self.add_pids(pids)
         with os.fdopen(fd, "wb") as out:
-            # /dev/shm is memory: the reader stops at max_bytes, and the probe says the trace was cut
-            self.reader = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "head", "-c", str(self.max_bytes),
-                                            str(self.path / "trace_pipe")],
+            # /dev/shm is memory: the reader stops at max_bytes, and the probe says the trace was cut.
+            # Unbuffered (stdbuf -o0): the reader is killed at stop, and a stdio buffer would lose the tail.
+            self.reader = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "stdbuf", "-o0", "head", "-c",
+                                            str(self.max_bytes), str(self.path / "trace_pipe")],
                                            stdout=out, stdin=subprocess.DEVNULL)
         self.state_file.write_text(json.dumps({"instance": self.name, "trace_file": str(self.trace_file),
                                                "reader_pid": self.reader.pid}))
