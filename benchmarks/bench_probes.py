@@ -32,7 +32,7 @@ from isobench.store.sqlite import cell_metrics
 from isobench.study.loader import load_study_text
 
 WORKLOADS = {"resnet-infer": {"image_size": 64, "requests": 10, "min_seconds": 5.0},
-             "lenet-train": {"steps": 20, "batch_size": 32, "min_seconds": 5.0}}
+             "lenet-train": {"steps": 20, "batch_size": 16, "min_seconds": 5.0}}  # the default study's sizes
 
 
 def make_cell(workload: str, params: dict, platform: str) -> Cell:

@@ -74,7 +74,8 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
                                       "idle host; interleaved rounds spread the harm but widen the intervals."))
     names = {m for g in groups for m in g.metrics}
     start_load = [v for g in groups for v in g.metrics.get("probe.environment.loadavg_1m_start", [])]
-    if start_load and statistics.fmean(start_load) > 0.5 * cores + (at_once - 1):
+    # a duet's two cells are two runnable tasks of its own on top of whatever else runs
+    if start_load and statistics.fmean(start_load) > 0.5 * cores + (at_once if at_once > 1 else 0):
         found.append(Warning_("host", f"the 1-minute load average was {statistics.fmean(start_load):.1f} on average "
                                       f"when cells started ({cores} cores; environment probe): other work shared the "
                                       "CPU during the study. Re-run on a quiet host; interleaving spreads the harm "
