@@ -21,6 +21,7 @@ from isobench.runner.execute import CellOutcome
 from isobench.store import Store
 from isobench.study.loader import load_study_text
 from tests.conftest import run_cli
+from tests.test_fleet import STUDY as FLEET_STUDY
 
 
 def lognormal(n: int, median: float, sigma: float, rng: random.Random) -> list[float]:
@@ -165,16 +166,7 @@ def test_duet_uses_only_the_partner_matched_baseline_cells() -> None:
 
 
 # -- contaminated cells and re-runs, in a real store ----------------------------------------
-STUDY = """
-name: screened
-workloads: [{name: cpu-spin}]
-platforms:
-  - {name: baremetal}
-  - {name: baremetal, label: aa}
-  - {name: docker}
-repetitions: 4
-warmup: 0
-"""
+STUDY = FLEET_STUDY.replace("name: cluster", "name: screened")  # the same small study as the fleet tests
 
 
 def _outcome(cell, per_item: float, info: dict | None = None) -> CellOutcome:  # type: ignore[no-untyped-def]
