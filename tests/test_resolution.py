@@ -221,7 +221,8 @@ def test_a_contaminated_cell_is_rerun_and_both_are_kept(tmp_path: Path) -> None:
     cells = _cells(tmp_path / "out")
     ids = [c["cell_id"] for c in cells]
     assert len(cells) == 3 and ids[1] == f"{ids[0]}+rerun1" and ids[2] == f"{ids[0]}+rerun2", ids
-    assert all(c["platform_info"]["interference"]["contaminated"] for c in cells)
+    # the original and the first re-run were contaminated (else no second re-run); the last may be clean
+    assert all(c["platform_info"]["interference"]["contaminated"] for c in cells[:2])
     assert all(c["platform_info"]["rerun_of"] == ids[0] for c in cells[1:])
     assert "re-running" in result.stdout
 
