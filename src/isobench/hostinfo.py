@@ -82,10 +82,8 @@ def parse_cpu_list(text: str) -> list[int]:
     return sorted(cpus)
 
 
-def format_cpu_list(cpus: list[int] | set[int], limit: int = 8) -> str:
-    """Cores as kernel-style ranges (``0-3,8,10-100000``), at most ``limit`` ranges then how many more."""
-    from isobench.report.plaintext import capped_list
-
+def cpu_ranges(cpus: list[int] | set[int]) -> list[str]:
+    """Cores as kernel-style ranges: ``[0, 1, 2, 5]`` -> ``["0-2", "5"]``."""
     ranges: list[str] = []
     ordered = sorted(set(cpus))
     start = 0
@@ -94,4 +92,11 @@ def format_cpu_list(cpus: list[int] | set[int], limit: int = 8) -> str:
             low, high = ordered[start], ordered[index - 1]
             ranges.append(str(low) if low == high else f"{low}-{high}")
             start = index
-    return capped_list(ranges, limit, sep=",")
+    return ranges
+
+
+def format_cpu_list(cpus: list[int] | set[int], limit: int = 8) -> str:
+    """Cores as kernel-style ranges (``0-3,8,10-100000``), at most ``limit`` ranges then how many more."""
+    from isobench.report.plaintext import capped_list
+
+    return capped_list(cpu_ranges(cpus), limit, sep=",")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from isobench.hostinfo import host_cpus
+from isobench.hostinfo import cpu_ranges, host_cpus
 
 if TYPE_CHECKING:
     from isobench.plan.cells import Cell
@@ -29,14 +29,8 @@ CORE_KNOBS = ("cpuset", "placement", "chr", "reserve_idle_cores", "numa_node")
 
 
 def cpu_list(cores: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (ranges as ranges)."""
-    runs: list[list[int]] = []
-    for core in sorted(set(cores)):
-        if runs and core == runs[-1][1] + 1:
-            runs[-1][1] = core
-        else:
-            runs.append([core, core])
-    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in runs)
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``: a cpuset as the kernel and Docker read it (never capped)."""
+    return ",".join(cpu_ranges(cores))
 
 
 @dataclass(frozen=True)
