@@ -287,6 +287,9 @@ class PerfProbe(Probe):
         if self.not_acked:
             problems.update({scope: f"perf did not confirm its counters were enabled within {ENABLE_WAIT_S:g} s"
                              for scope in self.not_acked if scope not in problems})
+        overlap = _overlap(counts)
+        if overlap:  # a task both in the cell's cgroup and forked by the engine after counting began
+            info["overlap"] = overlap
         if problems:
             info["problems"] = problems
         scopes = [s for s in ("cell", "engine", "host", "total") if s in counts]
@@ -307,6 +310,19 @@ class PerfProbe(Probe):
 
     def abort(self) -> None:
         self._cleanup()
+
+
+def _overlap(counts: dict[str, dict[str, float | None]]) -> dict[str, float]:
+    """Events counted in both the cell and the engine column (cell + engine > total): the engine
+    column counts its children by inheritance, and one of them may join the cell's cgroup. The
+    host column is clamped at zero for those events, so the report says by how much."""
+    total = counts.get("total") or {}
+    excess = {}
+    for event, value in total.items():
+        parts = sum(counts.get(scope, {}).get(event) or 0.0 for scope in ("cell", "engine"))
+        if value is not None and parts > value:
+            excess[event] = parts - value
+    return excess
 
 
 def _remainder(event: str, counts: dict[str, dict[str, float | None]]) -> float | None:
