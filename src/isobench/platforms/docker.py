@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from isobench.hostinfo import tool_version
 from isobench.plan.cells import Cell
@@ -95,6 +95,18 @@ def register_runtime(name: str, path: str, args: list[str]) -> None:
 
 
 class DockerBase(Platform):
+    """A container engine with Docker's command line (docker, podman): subclasses name the engine."""
+
+    #: the engine's command: every call to the engine goes through it (see ``engine_cmd``)
+    engine: ClassVar[str] = "docker"
+    #: the repository the host-mirror image is imported as
+    mirror_repository: ClassVar[str] = "isobench-hostmirror"
+    #: ``ps --format`` template of a container's runner label ({} is the label)
+    label_template: ClassVar[str] = '{{{{.Label "{}"}}}}'
+    #: the arguments that remove a cell's container at once
+    remove_args: ClassVar[tuple[str, ...]] = ("rm", "-f")
+    #: what ``sweep_stale`` calls what it removed
+    container_noun: ClassVar[str] = "container"
     uses_engine = True
     runtime_default = "runc"
     knobs = ALL_KNOBS | {"data_mount"}
@@ -110,6 +122,15 @@ class DockerBase(Platform):
             raise ValueError(f"options.network: {entry.options['network']!r} is not one of {NETWORK_OPTIONS} "
                              "(fix: `bridge`, isobench's own bridge network, or `host`)")
 
+    @classmethod
+    def engine_cmd(cls, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([cls.engine, *args], capture_output=True, text=True, timeout=timeout, check=check)
+
+    @classmethod
+    def engine_problem(cls) -> str | None:
+        """None when the engine can run containers here, else why not."""
+        return engine_problem()
+
     def runtime(self) -> str:
         return self.entry.runtime or self.runtime_default
 
@@ -118,11 +139,11 @@ class DockerBase(Platform):
 
     @classmethod
     def check(cls) -> Availability:
-        problem = engine_problem()
+        problem = cls.engine_problem()
         return Availability(problem is None, problem or "")
 
     def image(self) -> str:
-        return self.entry.image or f"isobench-hostmirror:{skeleton_digest((str(data_root()),))}"
+        return self.entry.image or f"{self.mirror_repository}:{skeleton_digest((str(data_root()),))}"
 
     def fingerprint(self) -> dict[str, Any]:
         out = docker("version", "--format", "{{json .}}", check=False)
@@ -137,16 +158,24 @@ class DockerBase(Platform):
 
     def prepare(self) -> None:
         if self.entry.image:
-            if docker("image", "inspect", self.entry.image, check=False).returncode != 0:
+            if self.engine_cmd("image", "inspect", self.entry.image, check=False).returncode != 0:
                 raise RuntimeError(f"image {self.entry.image!r} is not in the engine; build or load it first")
             return
         image = self.image()
-        if docker("image", "inspect", image, check=False).returncode != 0:
-            docker("import", str(skeleton_tar((str(data_root()),))), image)
+        if self.engine_cmd("image", "inspect", image, check=False).returncode != 0:
+            self.engine_cmd("import", str(skeleton_tar((str(data_root()),))), image, timeout=300)
+
+    def engine_run_options(self) -> list[str]:
+        """Options this engine needs on every ``run`` besides the cell's own."""
+        return []
+
+    def engine_pids(self, container_id: str) -> list[int]:
+        """The engine's processes serving a container, for the probes' engine column."""
+        return docker_engine_pids(container_id)
 
     def _run_args(self, cell: Cell, name: str) -> list[str]:
         knobs = Knobs(**cell.effective_knobs())
-        args = ["run", "--name", name, "--label", f"{LABEL_RUNNER}={runner_tag()}",
+        args = ["run", *self.engine_run_options(), "--name", name, "--label", f"{LABEL_RUNNER}={runner_tag()}",
                 "--label", f"isobench.cell={cell.cell_id}", "--network", self._docker_network(cell),
                 "--runtime", self.runtime(), "--workdir", "/tmp"]
         mounts = [str(data_root()), *cell.mounts] if self.entry.image else cell_mounts(cell.mounts)
@@ -180,7 +209,7 @@ class DockerBase(Platform):
         name = f"isobench-{runner_tag()}-{cell.seq}"
         if self.entry.image:
             argv = [self.entry.options.get("python", "python3"), *argv[1:]]
-        cmd = ["docker", *self._run_args(cell, name), self.image(), *argv]
+        cmd = [self.engine, *self._run_args(cell, name), self.image(), *argv]
         if cell.knobs.get("data_mount") == "copy" and cell.data_dir:
             cmd = copy_into(cmd, name, cell.data_dir)  # before the clock: only reads pay for the layer
         started = time.monotonic()
@@ -191,7 +220,7 @@ class DockerBase(Platform):
     def probe_target(self, launched: Launched) -> ProbeTarget:
         """The container's host pid and cgroups, once the engine has started it (polled briefly)."""
         def running() -> tuple[str, int] | None:
-            out = docker("inspect", "--format", "{{.Id}} {{.State.Pid}}", launched.name, check=False)
+            out = self.engine_cmd("inspect", "--format", "{{.Id}} {{.State.Pid}}", launched.name, check=False)
             container_id, _, pid = out.stdout.strip().partition(" ")
             return (container_id, int(pid)) if out.returncode == 0 and pid not in ("", "0") else None
 
@@ -200,7 +229,7 @@ class DockerBase(Platform):
             return ProbeTarget(platform=self.name, root_pid=None)
         container_id, pid = found
         return ProbeTarget(platform=self.name, root_pid=pid, cgroups=cgroups_of_pid(pid),
-                           container_id=container_id, engine_pids=docker_engine_pids(container_id))
+                           container_id=container_id, engine_pids=self.engine_pids(container_id))
 
     def network_mode(self, cell: Cell) -> str:
         if not cell.network:
@@ -233,36 +262,39 @@ class DockerBase(Platform):
         return address
 
     def collect(self, launched: Launched) -> dict[str, Any]:
-        out = docker("inspect", "--format", "{{json .}}", launched.name, check=False)
+        out = self.engine_cmd("inspect", "--format", "{{json .}}", launched.name, check=False)
         if out.returncode != 0:
             return {}
         data = json.loads(out.stdout)
+        if isinstance(data, list):  # podman answers a list of one
+            data = (data or [{}])[0]
         state = data.get("State", {})
         host = data.get("HostConfig", {})
         # What the engine applied, for platforms whose /proc inside cannot show it (gVisor).
+        # Podman names the OCI runtime at the top level (its HostConfig.Runtime is always "oci").
         return {"container_id": data.get("Id"), "oom_killed": state.get("OOMKilled"),
-                "container_exit_code": state.get("ExitCode"), "runtime": host.get("Runtime"),
+                "container_exit_code": state.get("ExitCode"), "runtime": data.get("OCIRuntime") or host.get("Runtime"),
                 "network": host.get("NetworkMode"),
                 "applied": {"nano_cpus": host.get("NanoCpus"), "cpuset_cpus": host.get("CpusetCpus"),
                             "memory": host.get("Memory"), "security_opt": host.get("SecurityOpt")}}
 
     def cleanup_cell(self, launched: Launched) -> None:
-        docker("rm", "-f", launched.name, check=False)
+        self.engine_cmd(*self.remove_args, launched.name, check=False)
         kill_process_group(launched.proc)
 
     @classmethod
     def sweep_stale(cls) -> list[str]:
-        if engine_problem():
+        if cls.engine_problem():
             return []
-        out = docker("ps", "-a", "--filter", f"label={LABEL_RUNNER}",
-                     "--format", f'{{{{.Names}}}} {{{{.Label "{LABEL_RUNNER}"}}}}', check=False)
+        out = cls.engine_cmd("ps", "-a", "--filter", f"label={LABEL_RUNNER}",
+                             "--format", "{{.Names}} " + cls.label_template.format(LABEL_RUNNER), check=False)
         removed = []
         for line in out.stdout.splitlines():
             name, _, tag = line.partition(" ")
-            if tag_is_stale(tag):
+            if tag and tag_is_stale(tag):
                 with contextlib.suppress(subprocess.SubprocessError):
-                    docker("rm", "-f", name, check=False)
-                removed.append(f"container {name}")
+                    cls.engine_cmd(*cls.remove_args, name, check=False)
+                removed.append(f"{cls.container_noun} {name}")
         return removed
 
 
