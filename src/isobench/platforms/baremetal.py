@@ -56,17 +56,38 @@ class BareMetal(Platform):
     def fingerprint(self) -> dict[str, Any]:
         return {"kernel": pyplatform.release(), "cgroup": cgroup_layout()}
 
+    # -- hooks for platforms that add one mechanism (platforms/layers.py) -----------------
+    def cell_knobs(self, cell: Cell) -> Knobs:
+        """The knobs the cell's cgroup applies."""
+        return Knobs(**cell.effective_knobs())
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """The command that starts the worker (a layer adds its mechanism around it)."""
+        return argv
+
+    def installer(self) -> Any:
+        """Something with ``install()`` to run in the child before exec, or None."""
+        return None
+
     def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
-        knobs = Knobs(**cell.effective_knobs())
+        knobs = self.cell_knobs(cell)
+        installer = self.installer()
+        command = self.wrap(argv)
         group = CellCgroup.create(cell_cgroup_path(cell), cpus=knobs.cpus, cpuset=knobs.cpuset_list(),
                                   memory=knobs.memory_bytes())
-        if knobs.numa_node is not None:
-            bind_memory_node(group, knobs.numa_node)
+
+        def enter() -> None:
+            group.join()
+            if installer is not None:
+                installer.install()
+
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
-                                    env=env, start_new_session=True, preexec_fn=group.join)
+            if knobs.numa_node is not None:
+                bind_memory_node(group, knobs.numa_node)
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                                    env=env, start_new_session=True, preexec_fn=enter)
         except BaseException:
             group.destroy()
             raise

@@ -26,16 +26,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 from isobench.plan.cells import Cell
 from isobench.plan.placement import PLACEMENT_KNOBS
 from isobench.platforms import PLATFORMS
-from isobench.platforms.baremetal import BareMetal, cell_cgroup_path, cgroups_writable
+from isobench.platforms.baremetal import BareMetal, cgroups_writable
 from isobench.platforms.base import Availability, Launched
-from isobench.platforms.cgroups import CellCgroup
 from isobench.platforms.hostmirror import cell_mounts
 from isobench.study.model import Knobs, PlatformEntry
 
@@ -108,36 +106,11 @@ class LayerPlatform(BareMetal):
     def fingerprint(self) -> dict[str, Any]:
         return {**super().fingerprint(), "mechanism": self.mechanism}
 
-    # -- what each layer changes -------------------------------------------------------
-    def wrap(self, argv: list[str]) -> list[str]:
-        """The command that starts the worker with this layer's mechanism."""
-        return argv
-
-    def installer(self) -> Any:
-        """Something with ``install()`` to run in the child before exec, or None."""
-        return None
-
-    def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
+    # -- what each layer changes: BareMetal's hooks (wrap, installer) -------------------
+    def cell_knobs(self, cell: Cell) -> Knobs:
+        """The study's knobs as given (no layout cpuset): exactly this layer's one mechanism."""
         self.validate_knobs(cell.knobs)
-        knobs = Knobs(**cell.knobs)
-        group = CellCgroup.create(cell_cgroup_path(cell), cpus=knobs.cpus, cpuset=knobs.cpuset_list(),
-                                  memory=knobs.memory_bytes())
-        installer = self.installer()
-
-        def enter() -> None:
-            group.join()
-            if installer is not None:
-                installer.install()
-
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        started = time.monotonic()
-        try:
-            proc = subprocess.Popen(self.wrap(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=stderr, env=env, start_new_session=True, preexec_fn=enter)
-        except BaseException:
-            group.destroy()
-            raise
-        return Launched(proc=proc, name=cell.cell_id, started=started, resources={"cgroup": group})
+        return Knobs(**cell.knobs)
 
     def collect(self, launched: Launched) -> dict[str, Any]:
         return {**super().collect(launched), "layer": self.mechanism}
