@@ -164,6 +164,7 @@ def test_parser_matches_the_regex_reference_on_a_real_trace() -> None:
     need_tracefs()
     from isobench.probes import ftrace, ftrace_parse
     from isobench.probes.tracefs import TraceInstance
+    from tests.ftrace_reference import parse_reference
 
     instance = TraceInstance("parsetest", ftrace.WRITEBACK_EVENTS + ftrace.BLOCK_EVENTS + ftrace.BUFFER_EVENTS
                              + ftrace.PAGE_FAULT_EVENTS + ftrace.SYSCALL_EVENTS, 4096)
@@ -178,7 +179,7 @@ def test_parser_matches_the_regex_reference_on_a_real_trace() -> None:
     finally:
         instance.discard()
     events = ftrace_parse.parse(raw)
-    reference = ftrace_parse.parse_reference(raw)
+    reference = parse_reference(raw)
     assert len(events) == len(reference) > 1000
     for column in ftrace_parse.COLUMNS:
         assert np.array_equal(getattr(events, column), np.array([r[column] for r in reference])), column
