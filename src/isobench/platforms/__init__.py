@@ -3,17 +3,8 @@
 from isobench.platforms.base import Availability, Launched, Platform
 from isobench.registry import Registry
 
-PLATFORMS: Registry[Platform] = Registry(
-    "platform",
-    [
-        "isobench.platforms.baremetal",
-        "isobench.platforms.docker",
-        "isobench.platforms.oci",
-        "isobench.platforms.vm",
-        "isobench.platforms.layers",
-        "isobench.platforms.podman",
-    ],
-)
+# each module registers its classes; the modules are pyproject.toml's entry points (isobench.registry)
+PLATFORMS: Registry[Platform] = Registry("platform", "isobench.platforms")
 
 
 

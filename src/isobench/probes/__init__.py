@@ -3,21 +3,7 @@
 from isobench.probes.base import Probe, ProbeCheck, ProbeResult, ProbeSettings, ProbeTarget
 from isobench.registry import Registry
 
-PROBES: Registry[Probe] = Registry(
-    "probe",
-    [
-        # each probe module registers itself; add new modules here
-        "isobench.probes.ftrace",
-        "isobench.probes.pagefaults",
-        "isobench.probes.syscalls",
-        "isobench.probes.proc",
-        "isobench.probes.cgroup",
-        "isobench.probes.vmstat",
-        "isobench.probes.environment",
-        "isobench.probes.perf",
-        "isobench.probes.gpu",
-        "isobench.probes.energy",
-    ],
-)
+# each module registers its classes; the modules are pyproject.toml's entry points (isobench.registry)
+PROBES: Registry[Probe] = Registry("probe", "isobench.probes")
 
 __all__ = ["PROBES", "Probe", "ProbeCheck", "ProbeResult", "ProbeSettings", "ProbeTarget"]
