@@ -93,6 +93,12 @@ def read_mnist_idx(directory: Path) -> tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
+def jpeg_folder_key(n_images: int, size: int, n_classes: int, seed: int = 0) -> str:
+    """The data key of the folder ``write_jpeg_folder`` makes with these arguments: every
+    workload reading the same generated files shares the one copy."""
+    return f"jpeg-n{n_images}-px{size}-c{n_classes}-s{seed}"
+
+
 def write_jpeg_folder(target: Path, n_images: int, size: int, n_classes: int, seed: int) -> None:
     """ImageNet-style class folders of real JPEG files, plus labels.txt."""
     from PIL import Image

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from isobench.workloads.base import WorkloadParams
+from isobench.workloads.datasets import jpeg_folder_key, write_jpeg_folder
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -40,9 +41,19 @@ class ImageParams(WorkloadParams):
         return self
 
 
-def jpeg_data_key(params: Any) -> str:
-    """The generated JPEG folder's name; the same for every workload with these sizes."""
-    return f"jpeg-n{params.n_images}-px{params.source_size}-c{params.n_classes}-s0"
+class JpegData:
+    """Mixin (before ``Workload``) for workloads over the generated JPEG folder: the data key and
+    generation from the params' ``n_images``, ``source_size`` and ``n_classes``."""
+
+    needs_data = True
+
+    @classmethod
+    def data_key(cls, params: Any) -> str:
+        return jpeg_folder_key(params.n_images, params.source_size, params.n_classes)
+
+    @classmethod
+    def prepare_data(cls, params: Any, target: Path) -> None:
+        write_jpeg_folder(target, params.n_images, params.source_size, params.n_classes, seed=0)
 
 
 def per_request_estimate_s(params: Any) -> float:

@@ -19,7 +19,8 @@ from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload
 from isobench.workloads.channel import CellContext
 from isobench.workloads.datapath import check, fingerprint, materialise
-from isobench.workloads.datasets import list_jpeg_folder, write_jpeg_folder
+from isobench.workloads.datasets import list_jpeg_folder
+from isobench.workloads.imaging import JpegData
 from isobench.workloads.inference import INFER_PHASES, INFER_SETUP, InferParams, infer_loop, softmax_top_k
 from isobench.workloads.timing import resolve_device
 
@@ -75,7 +76,7 @@ class ImagePreprocess:
 
 
 @WORKLOADS.register("image-infer")
-class ImageInfer(Workload):
+class ImageInfer(JpegData, Workload):
     description = "E2E image classification (ResNet-50/18, MobileNetV3, LeNet-5) over image files on disk"
     item = "request"
     phases = INFER_PHASES
@@ -88,7 +89,7 @@ class ImageInfer(Workload):
     def data_key(cls, params: ImageInferParams) -> str:  # type: ignore[override]
         if params.data_path:
             return f"user-imagefolder-{fingerprint(params.data_path)}"
-        return f"jpeg-n{params.n_images}-px{params.source_size}-c{params.n_classes}-s0"
+        return super().data_key(params)
 
     @classmethod
     def check_host(cls, params: ImageInferParams) -> None:  # type: ignore[override]
@@ -100,7 +101,7 @@ class ImageInfer(Workload):
         if params.data_path:
             materialise("imagefolder", params.data_path, target)
         else:
-            write_jpeg_folder(target, params.n_images, params.source_size, params.n_classes, seed=0)
+            super().prepare_data(params, target)
 
     @classmethod
     def estimate_s(cls, params: ImageInferParams) -> float:  # type: ignore[override]

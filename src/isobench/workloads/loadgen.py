@@ -31,13 +31,13 @@ from pydantic import Field
 from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload
 from isobench.workloads.channel import CellContext
-from isobench.workloads.datasets import list_jpeg_folder, write_jpeg_folder
+from isobench.workloads.datasets import list_jpeg_folder
 from isobench.workloads.imaging import (
     TORCH_IMPORT_S,
     Classifier,
     ImageParams,
+    JpegData,
     build_model,
-    jpeg_data_key,
     per_request_estimate_s,
 )
 
@@ -153,7 +153,7 @@ class _SystemUnderTest:
 
 
 @WORKLOADS.register("loadgen")
-class Loadgen(Workload):
+class Loadgen(JpegData, Workload):
     description = "ResNet image classification driven by MLPerf LoadGen (SingleStream, Offline, Server)"
     item = "sample"
     phases = ("queue", "preprocess", "inference", "postprocess", "complete")
@@ -161,14 +161,6 @@ class Loadgen(Workload):
     Params = LoadgenParams
     imports = ("torch", "torchvision", "PIL.Image", "mlperf_loadgen")
     needs_data = True
-
-    @classmethod
-    def data_key(cls, params: LoadgenParams) -> str:  # type: ignore[override]
-        return jpeg_data_key(params)
-
-    @classmethod
-    def prepare_data(cls, params: LoadgenParams, target: Path) -> None:  # type: ignore[override]
-        write_jpeg_folder(target, params.n_images, params.source_size, params.n_classes, seed=0)
 
     @classmethod
     def estimate_s(cls, params: LoadgenParams) -> float:  # type: ignore[override]

@@ -13,7 +13,6 @@ cell that produced its model.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -22,16 +21,16 @@ from isobench.workloads import WORKLOADS
 from isobench.workloads.artifacts import load_model, save_model
 from isobench.workloads.base import Workload, WorkloadParams
 from isobench.workloads.channel import CellContext
-from isobench.workloads.datasets import list_jpeg_folder, write_jpeg_folder
+from isobench.workloads.datasets import list_jpeg_folder
 from isobench.workloads.imaging import (
     MEAN,
     STD,
     TORCH_IMPORT_S,
     Classifier,
     ImageParams,
+    JpegData,
     build_model,
     decode_normalize,
-    jpeg_data_key,
     per_request_estimate_s,
 )
 
@@ -61,18 +60,6 @@ class DeployInferParams(LoadFromParams):
     top_k: int = Field(5, ge=1, le=1000, description="labels returned per request")
 
 
-class _JpegData:
-    needs_data = True
-
-    @classmethod
-    def data_key(cls, params: WorkloadParams) -> str:
-        return jpeg_data_key(params)
-
-    @classmethod
-    def prepare_data(cls, params: WorkloadParams, target: Path) -> None:
-        write_jpeg_folder(target, params.n_images, params.source_size, params.n_classes, seed=0)  # type: ignore[attr-defined]
-
-
 def load_classifier(ctx: CellContext, params: LoadFromParams, classes: list[str], top_k: int
                     ) -> tuple[Classifier, dict[str, object]]:
     """The trained model of ``params.load_from`` as a Classifier, and its manifest."""
@@ -86,7 +73,7 @@ def load_classifier(ctx: CellContext, params: LoadFromParams, classes: list[str]
 
 
 @WORKLOADS.register("train-save")
-class TrainSave(_JpegData, Workload):
+class TrainSave(JpegData, Workload):
     description = "train an image classifier on the JPEG folder, save it to <out>/artifacts on the host"
     item = "minibatch"
     phases = ("fetch", "forward", "backward", "optimizer")
@@ -146,7 +133,7 @@ class TrainSave(_JpegData, Workload):
 
 
 @WORKLOADS.register("deploy-infer")
-class DeployInfer(_JpegData, Workload):
+class DeployInfer(JpegData, Workload):
     description = "load a model train-save stored on the host, answer inference requests over the JPEG folder"
     item = "request"
     phases = ("preprocess", "inference", "postprocess")

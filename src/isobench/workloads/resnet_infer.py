@@ -14,8 +14,8 @@ from pydantic import Field, model_validator
 from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload
 from isobench.workloads.channel import CellContext
-from isobench.workloads.datasets import list_jpeg_folder, write_jpeg_folder
-from isobench.workloads.imaging import MEAN, STD, decode_normalize
+from isobench.workloads.datasets import list_jpeg_folder
+from isobench.workloads.imaging import MEAN, STD, JpegData, decode_normalize
 from isobench.workloads.inference import InferParams, infer_loop, softmax_top_k
 from isobench.workloads.timing import resolve_device
 
@@ -40,7 +40,7 @@ def preprocess(path: Path, size: int, mean: Any, std: Any) -> Any:
 
 
 @WORKLOADS.register("resnet-infer")
-class ResnetInfer(Workload):
+class ResnetInfer(JpegData, Workload):
     description = "ResNet E2E inference over a folder of JPEG files generated on disk"
     item = "request"
     phases = ("preprocess", "inference", "postprocess")
@@ -48,14 +48,6 @@ class ResnetInfer(Workload):
     Params = ResnetInferParams
     imports = ("torch", "torchvision", "PIL.Image")
     needs_data = True
-
-    @classmethod
-    def data_key(cls, params: ResnetInferParams) -> str:  # type: ignore[override]
-        return f"jpeg-n{params.n_images}-px{params.source_size}-c{params.n_classes}-s0"
-
-    @classmethod
-    def prepare_data(cls, params: ResnetInferParams, target: Path) -> None:  # type: ignore[override]
-        write_jpeg_folder(target, params.n_images, params.source_size, params.n_classes, seed=0)
 
     @classmethod
     def estimate_s(cls, params: ResnetInferParams) -> float:  # type: ignore[override]

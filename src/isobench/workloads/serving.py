@@ -26,7 +26,6 @@ import secrets
 import socket
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -34,13 +33,13 @@ from pydantic import Field
 from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload
 from isobench.workloads.channel import CellContext
-from isobench.workloads.datasets import list_jpeg_folder, write_jpeg_folder
+from isobench.workloads.datasets import list_jpeg_folder
 from isobench.workloads.imaging import (
     TORCH_IMPORT_S,
     Classifier,
     ImageParams,
+    JpegData,
     build_model,
-    jpeg_data_key,
     per_request_estimate_s,
 )
 from isobench.workloads.pipeline import ARTIFACT_NAME, LoadFromParams, load_classifier
@@ -114,7 +113,7 @@ def make_app(classifier: Classifier, state: dict[str, Any]) -> Any:
 
 
 @WORKLOADS.register("serve")
-class Serve(Workload):
+class Serve(JpegData, Workload):
     description = "the classifier behind an HTTP server in the cell; load from the host at fixed concurrency"
     item = "request"
     phases = ("connect", "preprocess", "inference", "postprocess", "server_other", "transport")
@@ -125,14 +124,6 @@ class Serve(Workload):
     needs_network = True
     host_driver = "http-load"
     uses_artifacts = True
-
-    @classmethod
-    def data_key(cls, params: ServeParams) -> str:  # type: ignore[override]
-        return jpeg_data_key(params)
-
-    @classmethod
-    def prepare_data(cls, params: ServeParams, target: Path) -> None:  # type: ignore[override]
-        write_jpeg_folder(target, params.n_images, params.source_size, params.n_classes, seed=0)
 
     @classmethod
     def artifact_flow(cls, params: ServeParams) -> tuple[str | None, str | None]:  # type: ignore[override]

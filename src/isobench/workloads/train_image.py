@@ -18,7 +18,7 @@ from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload
 from isobench.workloads.channel import CellContext
 from isobench.workloads.datapath import check, fingerprint, materialise
-from isobench.workloads.datasets import read_mnist_idx, write_jpeg_folder, write_mnist_idx
+from isobench.workloads.datasets import jpeg_folder_key, read_mnist_idx, write_jpeg_folder, write_mnist_idx
 from isobench.workloads.timing import resolve_device
 from isobench.workloads.training import (
     TORCH_IMPORT_S,
@@ -78,7 +78,7 @@ def image_data_key(params: Any) -> str:
         return f"user-{params.kind}-{fingerprint(params.data_path)}"
     if params.kind == "mnist":
         return f"mnist-idx-n{params.n_train}-s0"
-    return f"jpeg-n{params.n_train}-px{params.source_size}-c{params.n_classes}-s0"
+    return jpeg_folder_key(params.n_train, params.source_size, params.n_classes)
 
 
 def prepare_image_data(params: Any, target: Path) -> None:
