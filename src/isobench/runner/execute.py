@@ -23,6 +23,7 @@ from isobench.runner.drivers import settle, start_host_driver
 from isobench.runner.interference import Window
 from isobench.runner.interference import metrics as interference_metrics
 from isobench.study.model import PlatformEntry
+from isobench.workloads.channel import RECORD_VERSION
 
 STDERR_TAIL = 2000
 
@@ -111,6 +112,10 @@ class _ChannelReader(threading.Thread):
         kind = record.get("type")
         if not isinstance(kind, str):
             return "has no string `type`"
+        if kind == "hello" and record.get("version", RECORD_VERSION) != RECORD_VERSION:
+            return (f"(hello) is of record version {record['version']!r}, this runner reads version "
+                    f"{RECORD_VERSION}: the platform runs another isobench than the host (fix: install "
+                    "the same isobench on both)")
         if kind == "setup" and not (isinstance(record.get("name"), str) and _number(record.get("dur"))):
             return "(setup) needs a string `name` and a number `dur`"
         if kind == "item":

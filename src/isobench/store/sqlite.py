@@ -12,13 +12,15 @@ import json
 import sqlite3
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from isobench.errors import UserError
 
 STORE_FILE = "isobench.sqlite"
+#: the store's layout; meta's ``schema_version`` says which one a store was written with. A
+#: store of an older version is migrated when opened (MIGRATIONS); a newer one is refused.
 SCHEMA_VERSION = 1
 
 SCHEMA = """
@@ -72,6 +74,12 @@ CREATE TABLE IF NOT EXISTS series (
 """
 
 
+#: version v -> the step that turns a store of version v into one of version v + 1 (version 2
+#: adds ``1: _to_2``). The steps run in one transaction with the new version number, before
+#: ``SCHEMA``: a step alters the tables that exist; new tables and indexes come from ``SCHEMA``.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+
+
 def cell_metrics(outcome: Any) -> list[tuple[str, float, str]]:
     """Summary metrics of one cell. Per-item times are means over the cell's items."""
     metrics: list[tuple[str, float, str]] = []
@@ -110,6 +118,51 @@ def workload_metrics(done: dict[str, Any] | None) -> list[tuple[str, float, str]
     return rows
 
 
+def stored_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The schema version a store was written with. A store without one is of version 1: every
+    isobench wrote the version since the first (only a run killed while creating its store
+    left none)."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.DatabaseError as err:  # no meta table, or not an SQLite file at all
+        if "no such table" in str(err):
+            return 1
+        raise UserError(f"not an isobench store ({err})", file=str(path),
+                        fix="give the directory `isobench run --out` wrote") from None
+    if row is None:
+        return 1
+    try:
+        return int(row[0])
+    except ValueError:
+        raise UserError(f"the store's schema version {row[0]!r} is not a number", file=str(path),
+                        fix="give the directory `isobench run --out` wrote") from None
+
+
+def _upgrade(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a store of a newer isobench; migrate an older one to ``SCHEMA_VERSION``."""
+    version = stored_version(conn, path)
+    if version > SCHEMA_VERSION:
+        raise UserError(f"written by a newer isobench (store schema version {version}; this isobench "
+                        f"reads up to version {SCHEMA_VERSION})", file=str(path),
+                        fix="upgrade isobench to open it")
+    if version < 1:
+        raise UserError(f"unknown store schema version {version}", file=str(path),
+                        fix="give the directory `isobench run --out` wrote")
+    if version == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        for step in range(version, SCHEMA_VERSION):
+            MIGRATIONS[step](conn)
+        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                     (str(SCHEMA_VERSION),))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
 class Store:
     def __init__(self, directory: Path, conn: sqlite3.Connection) -> None:
         self.directory = directory
@@ -145,6 +198,11 @@ class Store:
             raise UserError("no isobench results here", file=str(directory),
                             fix="give the directory `isobench run --out` wrote")
         conn = cls._connect(path)
+        try:
+            _upgrade(conn, path)
+        except BaseException:
+            conn.close()
+            raise
         conn.executescript(SCHEMA)  # idempotent: adds tables newer versions introduced
         return cls(directory, conn)
 
