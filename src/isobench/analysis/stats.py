@@ -194,6 +194,15 @@ def log_sd(values: list[float]) -> float | None:
     return math.sqrt(_mean_var([math.log(v) for v in values])[1])
 
 
+def fmt_seconds(value: float) -> str:
+    """A duration in s, ms or µs, for tables and views."""
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value * 1e6:.0f} µs"
+
+
 def fmt_floor(width: float) -> str:
     """A noise floor (how far the A/A interval reaches from 1) in words: ±1.2%, or a factor when it
     is wider than the value itself (two noisy repetitions can give that)."""

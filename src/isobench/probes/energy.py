@@ -13,7 +13,6 @@ parts of a package and ``psys`` overlaps the packages, so they are reported but 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +30,9 @@ POWERCAP = Path("/sys/class/powercap")
 
 
 def baseload_file() -> Path:
-    return Path(os.environ.get("ISOBENCH_CACHE", "/var/cache/isobench")) / "baseload.json"
+    from isobench.hostinfo import cache_root
+
+    return cache_root() / "baseload.json"
 
 
 @dataclass

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from isobench.analysis.compare import Comparison, hosts_of, phase_attribution
-from isobench.analysis.stats import fmt_floor
+from isobench.analysis.stats import fmt_floor, fmt_seconds
 from isobench.analysis.verdict import MAX_NEEDED, fmt_margin, within_margin
 from isobench.report.plaintext import Markup, markup, plain
 from isobench.store import Store
@@ -24,14 +24,6 @@ def fmt_ci(c: Comparison) -> str:
     if c.ci_low is None or c.ci_high is None:
         return "n/a (n<2)"
     return f"{c.ci_low:.2f}–{c.ci_high:.2f}"
-
-
-def fmt_seconds(value: float) -> str:
-    if value >= 1:
-        return f"{value:.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.1f} ms"
-    return f"{value * 1e6:.0f} µs"
 
 
 def floor_width(aa: Comparison) -> float:
@@ -194,7 +186,7 @@ def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
 
 def _baseline_rows(store: Store) -> list[tuple[str, str, dict[str, Any], int, float, str]]:
     from isobench.analysis.compare import load_groups
-    from isobench.study.loader import load_study_text
+    from isobench.studyfile import load_study_text
 
     study = load_study_text(store.meta("study_yaml") or "", "store", check_host=False)
     rows = []
