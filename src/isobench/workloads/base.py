@@ -33,7 +33,6 @@ class Workload(ABC):
     #: one-off phases recorded once per cell (model load, data load, ...)
     setup_phases: ClassVar[tuple[str, ...]] = ()
     Params: ClassVar[type[WorkloadParams]] = WorkloadParams
-    needs_data: ClassVar[bool] = False
     #: modules imported inside the timed "import" setup phase, before ``run``
     imports: ClassVar[tuple[str, ...]] = ()
     #: the cell listens on a port the host reaches (docker: a bridge network, see the README)

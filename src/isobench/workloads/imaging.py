@@ -45,8 +45,6 @@ class JpegData:
     """Mixin (before ``Workload``) for workloads over the generated JPEG folder: the data key and
     generation from the params' ``n_images``, ``source_size`` and ``n_classes``."""
 
-    needs_data = True
-
     @classmethod
     def data_key(cls, params: Any) -> str:
         return jpeg_folder_key(params.n_images, params.source_size, params.n_classes)

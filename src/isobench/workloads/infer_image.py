@@ -83,7 +83,6 @@ class ImageInfer(JpegData, Workload):
     setup_phases = INFER_SETUP
     Params = ImageInferParams
     imports = ("torch", "torchvision", "PIL.Image")
-    needs_data = True
 
     @classmethod
     def data_key(cls, params: ImageInferParams) -> str:  # type: ignore[override]

@@ -62,7 +62,6 @@ class DlrmInfer(Workload):
     setup_phases = INFER_SETUP
     Params = DlrmInferParams
     imports = ("torch",)
-    needs_data = True
 
     @classmethod
     def data_key(cls, params: DlrmInferParams) -> str:  # type: ignore[override]

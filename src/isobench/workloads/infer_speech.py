@@ -111,7 +111,6 @@ class SpeechInfer(Workload):
     setup_phases = INFER_SETUP
     Params = SpeechInferParams
     imports = ("torch",)
-    needs_data = True
 
     @classmethod
     def data_key(cls, params: SpeechInferParams) -> str:  # type: ignore[override]

@@ -56,7 +56,6 @@ class TextInfer(Workload):
     setup_phases = INFER_SETUP
     Params = TextInferParams
     imports = ("torch", "tokenizers")
-    needs_data = True
 
     @classmethod
     def import_modules(cls, params: TextInferParams) -> tuple[str, ...]:  # type: ignore[override]

@@ -160,7 +160,6 @@ class Loadgen(JpegData, Workload):
     setup_phases = ("import", "model_load", "data_load", "loadgen")
     Params = LoadgenParams
     imports = ("torch", "torchvision", "PIL.Image", "mlperf_loadgen")
-    needs_data = True
 
     @classmethod
     def estimate_s(cls, params: LoadgenParams) -> float:  # type: ignore[override]

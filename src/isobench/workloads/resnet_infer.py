@@ -47,7 +47,6 @@ class ResnetInfer(JpegData, Workload):
     setup_phases = ("import", "model_load", "data_load")
     Params = ResnetInferParams
     imports = ("torch", "torchvision", "PIL.Image")
-    needs_data = True
 
     @classmethod
     def estimate_s(cls, params: ResnetInferParams) -> float:  # type: ignore[override]

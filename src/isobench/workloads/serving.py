@@ -120,7 +120,6 @@ class Serve(JpegData, Workload):
     setup_phases = ("import", "data_load", "model_load", "listen")
     Params = ServeParams
     imports = ("torch", "torchvision", "PIL.Image", "uvicorn", "starlette.applications")
-    needs_data = True
     needs_network = True
     host_driver = "http-load"
     uses_artifacts = True

@@ -119,7 +119,6 @@ class ImageTrain(Workload):
     Params = ImageTrainParams
     # torch.optim pulls in torch._dynamo on first use (~2 s): count it as import, not model load
     imports = ("torch", "torch._dynamo", "torchvision")
-    needs_data = True
 
     @classmethod
     def data_key(cls, params: ImageTrainParams) -> str:  # type: ignore[override]

@@ -96,7 +96,6 @@ class TextTrain(Workload):
     setup_phases = TRAIN_SETUP
     Params = TextTrainParams
     imports = ("torch", "torch._dynamo", "tokenizers")
-    needs_data = True
 
     @classmethod
     def import_modules(cls, params: TextTrainParams) -> tuple[str, ...]:  # type: ignore[override]
