@@ -169,6 +169,15 @@ def export(directory: Path,
     console.print(f"wrote {target}")
 
 
+@app.command("schema")
+def schema_cmd(name: Annotated[str, typer.Argument(
+        help="export (one `isobench export` record) or summary (`isobench summary --json`)")]) -> None:
+    """Print the versioned JSON Schema of a machine-readable output."""
+    from isobench.schema import schema
+
+    sys.stdout.write(json.dumps(schema(name), indent=1) + "\n")
+
+
 class ReportFormat(StrEnum):
     html = "html"
     md = "md"

@@ -11,6 +11,9 @@ from isobench.analysis.compare import host_of
 from isobench.report.plaintext import csv_cell
 from isobench.store import Store
 
+#: the version of the record's layout (FIELDS and their meaning), published with its JSON Schema
+#: by `isobench schema export` (isobench.schema): raise it with any change to a field
+EXPORT_VERSION = 1
 FIELDS = ("study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status", "host")
 
 
