@@ -243,7 +243,7 @@ def test_generated_data_sets_are_real_formats_and_deterministic(tmp_path: Path) 
 
 
 def test_criteo_tsv_and_headed_csv_parse_alike(tmp_path: Path) -> None:
-    from isobench.workloads.datapath import check
+    from isobench.workloads.data_import import check
     from isobench.workloads.datasets import recsys_layout
     from isobench.workloads.infer_recsys import parse_rows
 

@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload
 from isobench.workloads.channel import CellContext
-from isobench.workloads.datapath import check, fingerprint, materialise
+from isobench.workloads.data_import import check, fingerprint, materialise
 from isobench.workloads.datasets import list_jpeg_folder
 from isobench.workloads.imaging import JpegData
 from isobench.workloads.inference import INFER_PHASES, INFER_SETUP, InferParams, infer_loop, softmax_top_k

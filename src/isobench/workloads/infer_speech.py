@@ -24,7 +24,7 @@ from pydantic import Field
 from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload
 from isobench.workloads.channel import CellContext
-from isobench.workloads.datapath import check, fingerprint, materialise
+from isobench.workloads.data_import import check, fingerprint, materialise
 from isobench.workloads.datasets import list_wav_folder, read_wav, write_wav_folder
 from isobench.workloads.inference import INFER_PHASES, INFER_SETUP, InferParams, infer_loop
 from isobench.workloads.timing import resolve_device

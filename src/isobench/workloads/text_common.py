@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field
 
 from isobench.workloads.base import WorkloadParams
-from isobench.workloads.datapath import check, check_tokenizer, fingerprint
+from isobench.workloads.data_import import check, check_tokenizer, fingerprint
 from isobench.workloads.datasets import write_text_corpus
 
 

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload
 from isobench.workloads.channel import CellContext
-from isobench.workloads.datapath import check, fingerprint, materialise
+from isobench.workloads.data_import import check, fingerprint, materialise
 from isobench.workloads.datasets import jpeg_folder_key, read_mnist_idx, write_jpeg_folder, write_mnist_idx
 from isobench.workloads.timing import resolve_device
 from isobench.workloads.training import (
