@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import json_lines, need_docker, need_root, run_cli, write_study
+from tests.conftest import ISOBENCH, json_lines, need_docker, need_root, run_cli, write_study
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +61,11 @@ def test_failed_cells_are_recorded_and_reported(finished_study: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
-def test_export_formats(finished_study: Path, fmt: str) -> None:
-    result = run_cli("export", str(finished_study), "--format", fmt)
+def test_export_formats(finished_study: Path, fmt: str, tmp_path: Path) -> None:
+    target = tmp_path / f"export.{fmt}"
+    result = run_cli("export", str(finished_study), "--format", fmt, "-o", str(target))
     assert result.returncode == 0, result.stderr
-    target = finished_study / f"export.{fmt}"
+    assert result.stdout == "" and f"wrote {target}" in result.stderr  # the note is a diagnostic
     fields = {"study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status", "host"}
     if fmt == "jsonl":
         rows = json_lines(target.read_text())
@@ -76,6 +79,25 @@ def test_export_formats(finished_study: Path, fmt: str) -> None:
     assert {r["metric"] for r in rows} >= {"e2e", "phase.compute", "cell.startup", "cell.wall"}
     ok_cells = {r["cell_id"] for r in rows if r["status"] == "ok"}
     assert len(ok_cells) == 9  # 3 platforms that work × 3 repetitions; warm-ups are not exported
+
+
+def test_export_writes_stdout_without_o_or_with_dash(finished_study: Path, tmp_path: Path) -> None:
+    before = sorted(p.name for p in finished_study.iterdir())
+    to_file = tmp_path / "all.jsonl"
+    assert run_cli("export", str(finished_study), "-o", str(to_file)).returncode == 0
+    plain = run_cli("export", str(finished_study), cwd=tmp_path)
+    dash = run_cli("export", str(finished_study), "-o", "-", cwd=tmp_path)
+    assert plain.returncode == 0 and dash.returncode == 0, plain.stderr + dash.stderr
+    assert plain.stdout == dash.stdout == to_file.read_text() and plain.stderr == ""
+    assert not (tmp_path / "-").exists()  # `-o -` is stdout, not a file named "-"
+    assert sorted(p.name for p in finished_study.iterdir()) == before  # nothing written into the results
+    rows = list(csv.DictReader(io.StringIO(run_cli("export", str(finished_study), "--format", "csv").stdout)))
+    assert len(rows) == len(json_lines(plain.stdout))
+    import pyarrow.parquet as pq
+
+    binary = subprocess.run([*ISOBENCH, "export", str(finished_study), "--format", "parquet"], capture_output=True,
+                            timeout=300)
+    assert binary.returncode == 0 and pq.read_table(io.BytesIO(binary.stdout)).num_rows == len(rows)
 
 
 def test_plan_prints_cells_and_estimate(tmp_path: Path) -> None:
@@ -96,3 +118,30 @@ def test_doctor_and_listings() -> None:
     workloads = run_cli("workloads")
     assert all(n in workloads.stdout for n in ("cpu-spin", "lenet-train", "resnet-infer"))
     assert "fetch_stall" in workloads.stdout and "preprocess" in workloads.stdout
+
+
+def test_table_commands_have_json(tmp_path: Path) -> None:
+    """--json on each command that prints a table: one JSON document on stdout, nothing else."""
+    plan = json.loads(run_cli("plan", "--json", check=True).stdout)
+    assert plan["cells"] and plan["estimated_s"] > 0 and {"cell_id", "workload", "platform", "cores"} <= set(
+        plan["cells"][0])
+    platforms = {p["name"]: p for p in json.loads(run_cli("platforms", "--json", check=True).stdout)}
+    assert {"baremetal", "docker"} <= set(platforms) and "cpus" in platforms["docker"]["knobs"]
+    [spin] = json.loads(run_cli("workloads", "cpu-spin", "--json", check=True).stdout)
+    assert spin["name"] == "cpu-spin" and "work" in spin["parameters"] and spin["phases"] == ["compute"]
+    probes = json.loads(run_cli("probes", "--json", check=True).stdout)
+    assert {p["name"] for p in probes} >= {"cgroup", "perf"}
+    assert all(p["works_here"] == (p["why_not"] is None) for p in probes)
+    doctor = json.loads(run_cli("doctor", "--json", check=True).stdout)
+    assert doctor["host"]["cores"] >= 1 and any(p["platform"] == "baremetal" for p in doctor["platforms"])
+    assert set(doctor["host_knobs"]) >= {"governor", "numa_node"} and "works" in doctor["probes"]
+    bad = run_cli("workloads", "nope", "--json")
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_moved_commands_keep_their_options() -> None:
+    for command, options in (("doctor", ("--ray", "--repair", "--json")),
+                             ("nvmsim", ("--capacity", "--policy", "--sweep", "--characterise", "--export-csv",
+                                         "--plot", "--json"))):
+        text = run_cli(command, "--help", check=True).stdout
+        assert all(option in text for option in options), (command, text)

@@ -108,8 +108,9 @@ def test_run_summary_reports_export(tmp_path: Path) -> None:
     rendered = text.split(fence)[0]  # before the study file's code block, which shows it raw
     assert "<img" not in rendered and "<script>" not in rendered
 
-    assert _cli("export", str(out), "--format", "csv", cwd=tmp_path).returncode == 0
-    rows = list(csv.DictReader((out / "export.csv").open()))
+    exported = _cli("export", str(out), "--format", "csv", cwd=tmp_path)  # to stdout
+    assert exported.returncode == 0
+    rows = list(csv.DictReader(io.StringIO(exported.stdout)))
     platforms = {row["platform"] for row in rows}
     assert "'baremetal/=HYPERLINK(\"x\")" not in platforms  # "baremetal/..." does not start a formula
     assert all(not row[k].startswith(("=", "+", "@")) for row in rows for k in row)

@@ -1,8 +1,8 @@
-"""The command line: isobench run | plan | summary | export | doctor | platforms | workloads."""
+"""The command line: isobench run | plan | summary | export | report | compare | doctor | platforms |
+workloads | probes | baseload | nvmsim (doctor: runner/doctor.py; nvmsim: nvmsim/cli.py)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -11,22 +11,25 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from isobench.console import console, err_console, print_json
 from isobench.errors import UserError
-from isobench.report.plaintext import Markup, PlainConsole, markup
+from isobench.nvmsim.cli import nvmsim
+from isobench.report.plaintext import Markup, markup
+from isobench.runner.doctor import doctor
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="What does this execution platform cost my deep-learning workload, and why?")
-# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns: give them room.
-# Plain consoles: a user's label or error text is never read as markup (report/plaintext.py).
-console = PlainConsole() if sys.stdout.isatty() else PlainConsole(width=160)
-err_console = PlainConsole(stderr=True)
+                  help="What does this execution platform cost my deep-learning workload, and why? "
+                       "Tables go to stdout, progress and errors to stderr; bad input exits 2.")
 
 StudyArg = Annotated[Optional[str], typer.Argument(  # noqa: UP045 (typer needs Optional)
     help="study YAML file, or a built-in study name (default: the built-in default study)")]
 
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout instead of a table")]
+
+
 def _read_study(study: str | None) -> tuple[str, str]:
-    from isobench.study.loader import load_study
+    from isobench.studyfile import load_study
 
     _, text, name = load_study(study)
     return text, name
@@ -83,11 +86,11 @@ def run(ctx: typer.Context, study: StudyArg = None,
 
 
 @app.command()
-def plan(study: StudyArg = None) -> None:
+def plan(study: StudyArg = None, as_json: JsonOpt = False) -> None:
     """Print the cells a study expands to and the estimated time; runs nothing."""
     from isobench.plan import expand
     from isobench.platforms import PLATFORMS
-    from isobench.study.loader import load_study
+    from isobench.studyfile import load_study
     from isobench.workloads import WORKLOADS
 
     parsed, _, name = load_study(study)
@@ -97,6 +100,7 @@ def plan(study: StudyArg = None) -> None:
         table.add_column(column)
     total = 0.0
     pair_time: dict[str, float] = {}
+    records = []
     for cell in cells:
         workload = WORKLOADS.get(cell.workload)
         estimate = workload.estimate_s(workload.Params(**cell.params)) + \
@@ -107,10 +111,18 @@ def plan(study: StudyArg = None) -> None:
             pair_time[pair] = max(estimate, pair_time.get(pair, 0.0))
         else:
             total += estimate
+        records.append({"seq": cell.seq, "cell_id": cell.cell_id, "workload": cell.workload_key,
+                        "platform": cell.platform_key, "knobs": cell.knobs, "cores": cell.cores, "rep": cell.rep,
+                        "warmup": cell.warmup, "estimate_s": estimate})
         knobs = ", ".join(f"{k}={v}" for k, v in sorted(cell.knobs.items())) or "-"
         table.add_row(str(cell.seq), cell.cell_id, cell.workload_key, cell.platform_key, knobs,
                       cell.cores or "-",
                       f"warm-up {cell.rep}" if cell.warmup else str(cell.rep), f"{estimate:.1f}")
+    if as_json:
+        print_json({"study": parsed.name, "source": name, "cells": records, "estimated_s": total,
+                    "warmup": parsed.warmup, "repetitions": parsed.repetitions, "seed": parsed.seed,
+                    "schedule": parsed.schedule, "min_seconds": parsed.min_seconds})
+        return
     console.print(table)
     console.print(f"estimated time: {total / 60:.1f} min for {len(cells)} cells "
                   f"({parsed.warmup} warm-up and {parsed.repetitions} measured round(s), order seeded by {parsed.seed}; "
@@ -138,7 +150,7 @@ def summary(directory: Path,
                   "ci_high", "n", "significant", "n_baseline", "p_value", "mean", "baseline_mean", "unit",
                   "method", "is_aa", "host", "p_holm", "verdict", "ci90_low", "ci90_high", "margin",
                   "repetitions_needed", "method_reason", "se_paired", "se_unpaired")
-        sys.stdout.write(json.dumps([{k: c.as_dict()[k] for k in fields} for c in comparisons], indent=1) + "\n")
+        print_json([{k: c.as_dict()[k] for k in fields} for c in comparisons])
         return
     print_summary(store, comparisons, console)
     if tables:
@@ -157,16 +169,25 @@ class ExportFormat(StrEnum):
 @app.command()
 def export(directory: Path,
            fmt: Annotated[ExportFormat, typer.Option("--format", help="output format")] = ExportFormat.jsonl,
-           output: Annotated[Optional[Path], typer.Option("--output", "-o", help="file to write")] = None,  # noqa: UP045
+           output: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+               "--output", "-o", help="file to write; absent or -: stdout")] = None,
            ) -> None:
-    """Write one record per cell and metric (jsonl, csv or parquet)."""
+    """Write one record per cell and metric (jsonl, csv or parquet) to stdout, or to the -o file."""
     from isobench.report.export import export as do_export
+    from isobench.report.export import write
     from isobench.store import Store
 
+    to_stdout = output is None or str(output) == "-"
+    if to_stdout and fmt is ExportFormat.parquet and sys.stdout.isatty():
+        raise UserError("parquet is binary and stdout is a terminal", field="--format parquet",
+                        fix="give -o FILE, or pipe stdout into a file or another tool")
     store = Store.open(directory)
-    target = output or directory / f"export.{fmt.value}"
-    do_export(store, fmt.value, target)
-    console.print(f"wrote {target}")
+    if to_stdout:
+        write(store, fmt.value, sys.stdout.buffer)
+        return
+    assert output is not None
+    do_export(store, fmt.value, output)
+    err_console.print(f"wrote {output}", markup=False, highlight=False)
 
 
 @app.command("schema")
@@ -175,7 +196,7 @@ def schema_cmd(name: Annotated[str, typer.Argument(
     """Print the versioned JSON Schema of a machine-readable output."""
     from isobench.schema import schema
 
-    sys.stdout.write(json.dumps(schema(name), indent=1) + "\n")
+    print_json(schema(name))
 
 
 class ReportFormat(StrEnum):
@@ -206,7 +227,7 @@ def report(directory: Path,
         text = render_markdown(analysis)
     target = output or directory / f"report.{fmt.value}"
     target.write_text(text)
-    console.print(f"wrote {target}")
+    err_console.print(f"wrote {target}", markup=False, highlight=False)
 
 
 @app.command("compare")
@@ -214,147 +235,70 @@ def compare_cmd(directory_a: Path, directory_b: Path,
                 force: Annotated[bool, typer.Option("--force", help="compare what the studies share even when "
                                                                     "their workloads or parameters differ")] = False,
                 as_json: Annotated[bool, typer.Option("--json", help="one JSON record per comparison")] = False,
+                fail_if: Annotated[Optional[str], typer.Option(  # noqa: UP045
+                    "--fail-if", metavar="slower[:RATIO]",
+                    help="for CI: exit 1 when a group of B is resolved slower than A (the verdict `slower`: "
+                         "its 95% interval excludes 1 after Holm) and, with :RATIO, B/A >= RATIO "
+                         "(slower:1.05: at least 5% slower); faster[:RATIO] likewise for B/A <= RATIO. "
+                         "Exit 0 otherwise; 2 stays for bad input")] = None,
                 ) -> None:
     """Compare two studies (e.g. two hosts or two versions): B's time relative to A's, group by group."""
+    from isobench.analysis.compare import parse_fail_if
     from isobench.analysis.crossstudy import cross_compare
     from isobench.report.terminal import print_cross
     from isobench.store import Store
 
+    gate = parse_fail_if(fail_if) if fail_if is not None else None  # bad input before any work
     store_a, store_b = Store.open(directory_a), Store.open(directory_b)
     result = cross_compare(store_a, store_b, "A", "B", force=force)
     if as_json:
-        sys.stdout.write(json.dumps([c.as_dict() for c in result.comparisons], indent=1) + "\n")
+        print_json([c.as_dict() for c in result.comparisons])
+    else:
+        console.print(f"A = {directory_a}, B = {directory_b}")
+        print_cross(result, console)
+    if gate is None:
         return
-    console.print(f"A = {directory_a}, B = {directory_b}")
-    print_cross(result, console)
+    tripped = [c for c in result.comparisons if gate.trips(c)]
+    for c in tripped:
+        err_console.print(f"fail-if {gate}: {c.workload} {c.platform} {c.metric} is {c.ratio:.3f}x {c.baseline} "
+                          f"(95% CI {c.ci_low:.3f}-{c.ci_high:.3f}), resolved {c.verdict}",
+                          markup=False, highlight=False, soft_wrap=True)
+    if tripped:
+        raise typer.Exit(1)
+    err_console.print(f"fail-if {gate}: no group of B tripped it ({len(result.comparisons)} compared)",
+                      markup=False, highlight=False, soft_wrap=True)
+
+
+app.command()(doctor)  # runner/doctor.py
 
 
 @app.command()
-def doctor(ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
-        "--ray", metavar="ADDRESS", help="check every node of the Ray cluster at ADDRESS instead of this host")]
-        = None,
-        repair: Annotated[bool, typer.Option(
-            "--repair", help="restore the host state (cpufreq, sysctls, Jetson clocks) and remove the "
-                             "leftovers that runners which died left behind, and say what was restored")] = False,
-        ) -> None:
-    """Which platforms and knobs work on this host (or on each node of a Ray cluster), and why not where not."""
-    if repair:
-        _doctor_repair()
-        return
-    if ray is not None:
-        _doctor_cluster(ray)
-        return
+def replicate(paper: Annotated[str, typer.Argument(help="park-bahn-2023, prashanthi-2023, samani-salehi, "
+                                                        "siddaramanna-john, or all")] = "all",
+              out: Annotated[Path, typer.Option(help="directory for the studies' results")] = Path("replication"),
+              resume: Annotated[bool, typer.Option("--resume", help="finish the studies already started")] = False,
+              quick: Annotated[bool, typer.Option("--quick", help="toy sizes (about 2 min per paper): the "
+                                                                  "whole pipeline, verdicts where it can")] = False,
+              max_minutes: Annotated[Optional[float], typer.Option(  # noqa: UP045
+                  help="cap each adaptive study's time budget (minutes)")] = None,
+              markdown: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+                  help="also write the verdicts, host and timings as Markdown (docs/replication.md)")] = None,
+              as_json: JsonOpt = False) -> None:
+    """Re-test each paper's headline findings on this host and print one verdict table."""
+    from isobench.replicate.commands import replicate_command
 
-    from isobench.fingerprint import host_fingerprint
-    from isobench.platforms import PLATFORMS, platform_variants
-    from isobench.platforms.base import ALL_KNOBS
-    from isobench.study.model import PlatformEntry
-
-    host = host_fingerprint()
-    console.print(f"host: {host['cpu_model']}, {host['cores']} cores, kernel {host['kernel']}, "
-                  f"cgroup {host['cgroup']['mode']}, governor {host['governor'] or 'not exposed'}")
-    table = Table(title="platforms")
-    for column in ("platform", "works", "why not / notes", *sorted(ALL_KNOBS)):
-        table.add_column(column)
-    for name, runtime in platform_variants():
-        platform = PLATFORMS.get(name)(PlatformEntry(name=name, runtime=runtime))
-        avail = platform.availability()
-        knob_cells = []
-        for knob in sorted(ALL_KNOBS):
-            if not avail.ok:
-                knob_cells.append("-")
-            elif knob in avail.knobs_unavailable:
-                knob_cells.append(Markup("[red]no[/]"))
-            else:
-                knob_cells.append(Markup("[green]yes[/]"))
-        notes = "; ".join([avail.reason, *avail.notes, *(f"{k}: {v}" for k, v in avail.knobs_unavailable.items())])
-        table.add_row(platform.display(), Markup("[green]yes[/]" if avail.ok else "[red]no[/]"), notes.strip("; "),
-                      *knob_cells)
-    console.print(table)
-    from isobench.platforms.vm import doctor_lines
-
-    for line in doctor_lines():
-        console.print(Markup(line))  # the KVM line is styled; its text comes from this host
-    from isobench.plan.placement import host_knob_problems
-
-    problems = host_knob_problems()
-    for knob in ("governor", "max_freq", "power_mode", "jetson_clocks", "numa_node"):
-        state = markup("[red]unavailable[/]: {}", problems[knob]) if knob in problems else "[green]available[/]"
-        console.print(Markup(f"host knob {knob}: {state}"))
-    _probe_summary()
-
-
-def _doctor_repair() -> None:
-    from isobench.runner.hoststate import STATE_DIR, journal
-    from isobench.runner.leftovers import sweep_leftovers
-
-    restored, removed = sweep_leftovers()
-    for line in restored:
-        console.print(line, markup=False, highlight=False)  # "<kind> <target> restored to <value>"
-    for line in removed:
-        console.print(f"removed: {line}", markup=False, highlight=False)
-    if not restored and not removed:
-        console.print("nothing to repair: no runner that died left host state changed", markup=False)
-    held = journal()
-    if held:  # live runners' changes (or ones that could not be put back): listed, not touched
-        console.print(f"still journaled in {STATE_DIR}: " + ", ".join(f"{e['kind']} {e['key']}" for e in held),
-                      markup=False, highlight=False)
-
-
-def _doctor_cluster(address: str) -> None:
-    from isobench.runner.cluster import class_labels, connect_with_auth, describe_nodes
-    from isobench.runner.rayauth import describe_mode
-
-    ray, auth = connect_with_auth(address, allow_unauthenticated=True)  # shown below, not refused
-    console.print(describe_mode(auth), markup=False, highlight=False)
-    try:
-        nodes = describe_nodes(ray, full=True)
-    finally:
-        ray.shutdown()
-    table = Table(title=f"Ray cluster at {address}: {len(nodes)} live node(s)")
-    for column in ("node", "host", "address", "cores", "memory", "GPUs", "labels", "platforms that work",
-                   "platforms that do not"):
-        table.add_column(column)
-    nodes = sorted(nodes, key=lambda n: n["host_key"])
-    for node in nodes:
-        fp = node["fingerprint"]
-        works = [p for p, why in node["platforms"].items() if not why]
-        broken = [p for p, why in node["platforms"].items() if why]
-        labels = ", ".join(f"{k}={v}" for k, v in sorted(class_labels(node["labels"]).items()))
-        table.add_row(node["node_id"][:8], node["host_key"], node["address"], str(fp["cores"]),
-                      f"{fp['memory_bytes'] / 2**30:.0f} GiB", str(node["gpus"]), labels,
-                      ", ".join(works), ", ".join(broken))
-    console.print(table)
-    for node in nodes:  # why not, once per reason (VM variants share theirs)
-        reasons: dict[str, list[str]] = {}
-        for platform, why in node["platforms"].items():
-            if why:
-                reasons.setdefault(why, []).append(platform)
-        for why, platforms in reasons.items():
-            short = why if len(why) <= 160 else why[:157] + "..."
-            console.print(f"{node['host_key']}: {', '.join(platforms)}: {short}")
-    hosts = [n["host_key"] for n in nodes]
-    if len(set(hosts)) < len(hosts):
-        console.print(Markup("[yellow]several nodes share a host[/]: a study uses one node per host, so cells do not "
-                      "measure each other; label separate hosts with `ray start --labels isobench-host=NAME`"))
-
-
-def _probe_summary() -> None:
-    from isobench.probes import PROBES
-
-    ready, missing = [], []
-    for name, cls in PROBES:
-        check = cls.check()
-        (ready if check.ok else missing).append(name if check.ok else f"{name} ({check.reason})")
-    console.print(f"probes that work here: {', '.join(ready) or 'none'}"
-                  + (f"; unavailable: {'; '.join(missing)}" if missing else "") + " (details: isobench probes)")
+    replicate_command(paper, out, resume, quick, max_minutes, markdown, as_json, sys.argv)
 
 
 @app.command()
-def platforms() -> None:
+def platforms(as_json: JsonOpt = False) -> None:
     """List the platform plugins."""
     from isobench.platforms import PLATFORMS
 
+    if as_json:
+        print_json([{"name": name, "description": cls.description, "knobs": sorted(cls.knobs)}
+                    for name, cls in PLATFORMS])
+        return
     table = Table(title="platforms")
     table.add_column("name")
     table.add_column("description")
@@ -366,7 +310,7 @@ def platforms() -> None:
 
 @app.command()
 def workloads(names: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP045
-        help="only these workloads (default: all)")] = None) -> None:
+        help="only these workloads (default: all)")] = None, as_json: JsonOpt = False) -> None:
     """List the workloads with their phases and parameters (name=default: meaning)."""
     from isobench.workloads import WORKLOADS
 
@@ -377,19 +321,28 @@ def workloads(names: Annotated[Optional[list[str]], typer.Argument(  # noqa: UP0
     table = Table(title="workloads", show_lines=True)
     for column in ("name", "description", "item", "phases", "parameters"):
         table.add_column(column)
+    records = []
     for name, cls in WORKLOADS:
         if names and name not in names:
             continue
+        defaults = {key: field.get_default(call_default_factory=True) for key, field in cls.Params.model_fields.items()}
+        records.append({"name": name, "description": cls.description, "item": cls.item, "phases": list(cls.phases),
+                        "setup_phases": list(cls.setup_phases),
+                        "parameters": {key: {"default": defaults[key], "description": field.description or ""}
+                                       for key, field in cls.Params.model_fields.items()}})
         # defaults and descriptions hold brackets: the plain console shows them as they are
-        params = "\n".join(f"{key}={field.get_default(call_default_factory=True)}: {field.description or ''}"
+        params = "\n".join(f"{key}={defaults[key]}: {field.description or ''}"
                            for key, field in cls.Params.model_fields.items())
         phases = ", ".join(cls.phases) + (f"\nonce: {', '.join(cls.setup_phases)}" if cls.setup_phases else "")
         table.add_row(name, cls.description, cls.item, phases, params)
+    if as_json:
+        print_json(records)
+        return
     console.print(table)
 
 
 @app.command()
-def probes() -> None:
+def probes(as_json: JsonOpt = False) -> None:
     """List the probes: what each measures, its settings (defaults in brackets), whether it is in
     the default set, and whether it can run on this host."""
     from isobench.probes import PROBES
@@ -397,30 +350,45 @@ def probes() -> None:
     table = Table(title="probes (a study's `probes:` picks them; absent: the default set)", show_lines=True)
     for column in ("name", "default", "works here", "measures", "settings"):
         table.add_column(column)
+    records = []
     for name, cls in PROBES:
         check = cls.check()
+        defaults = {key: field.default_factory() if field.default_factory else field.default
+                    for key, field in cls.Settings.model_fields.items()}
+        records.append({"name": name, "default": bool(cls.default), "works_here": bool(check.ok),
+                        "why_not": None if check.ok else check.reason,
+                        "not_here": dict(check.partial) if check.ok and check.partial else {},
+                        "measures": cls.description,
+                        "settings": {key: {"default": defaults[key], "description": field.description or ""}
+                                     for key, field in cls.Settings.model_fields.items()}})
         here = "[green]yes[/]" if check.ok else markup("[red]no[/]: {}", check.reason)
         if check.ok and check.partial:
             here += "".join(markup("\n[yellow]not here[/] {}: {}", part, why) for part, why in check.partial.items())
-        settings = "\n".join(
-            f"{key} [{field.default_factory() if field.default_factory else field.default}]: {field.description or ''}"
-            for key, field in cls.Settings.model_fields.items())
+        settings = "\n".join(f"{key} [{defaults[key]}]: {field.description or ''}"
+                             for key, field in cls.Settings.model_fields.items())
         table.add_row(name, "yes" if cls.default else "", Markup(here), cls.description, settings or "-")
+    if as_json:
+        print_json(records)
+        return
     console.print(table)
 
 
 @app.command()
 def baseload(seconds: Annotated[float, typer.Option(help="seconds to measure each idle state")] = 30.0,
-             container: Annotated[bool, typer.Option(help="also measure an idle container")] = True) -> None:
+             container: Annotated[bool, typer.Option(help="also measure an idle container")] = True,
+             as_json: JsonOpt = False) -> None:
     """Measure the idle host's power (and an idle container's) so the energy probe can split a
     cell's energy into baseload and incremental."""
-    from isobench.probes.baseload import NoMeter, measure_baseload
+    from isobench.runner.baseload import NoMeter, measure_baseload
 
-    try:
-        result = measure_baseload(seconds, container, console.print)
+    try:  # progress on stderr: stdout holds only the result
+        result = measure_baseload(seconds, container, lambda line: err_console.print(line, markup=False))
     except NoMeter as exc:
-        err_console.print(f"energy meters: unavailable here: {exc}")
+        err_console.print(f"energy meters: unavailable here: {exc}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
+    if as_json:
+        print_json(result)
+        return
     for key in ("host_idle_w", "container_idle_w"):
         if key in result:
             watts = ", ".join(f"{name} {value:.2f} W" for name, value in result[key].items())
@@ -428,98 +396,7 @@ def baseload(seconds: Annotated[float, typer.Option(help="seconds to measure eac
     console.print(f"saved to {result['saved_to']} (the energy probe uses it when the meters match)")
 
 
-@app.command()
-def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s), CSV or Parquet; several are "
-                                                            "tenants replayed together in time order; or a study "
-                                                            "directory: the ftrace probe's traces of its cells")],
-           cell: Annotated[Optional[str], typer.Option(help="with a study directory: only this cell")] = None,  # noqa: UP045
-           export_csv: Annotated[Optional[Path], typer.Option(help="with a study directory: write the cells' "  # noqa: UP045
-                                                                   "traces as CSV here (file or directory)")] = None,
-           capacity: Annotated[str, typer.Option(help="NVM buffer size: pages, or a size such as 64m")] = "16m",
-           policy: Annotated[str, typer.Option(help="lru, clock or hot (hotness-aware)")] = "lru",
-           nvm: Annotated[str, typer.Option(help="NVM device preset")] = "pcm",
-           slow: Annotated[str, typer.Option(help="slow device preset")] = "hdd",
-           high_watermark: Annotated[float, typer.Option(help="destage in the background above this "
-                                                              "dirty fraction (1: only when full)")] = 1.0,
-           low_watermark: Annotated[float, typer.Option(help="background destage stops at this fraction")] = 0.8,
-           sweep: Annotated[int, typer.Option(help="also sweep this many LRU capacities (0: none)")] = 0,
-           characterise: Annotated[bool, typer.Option(help="also show write-backs per page over time "
-                                                           "and the hottest pages' share")] = False,
-           plot: Annotated[Optional[Path], typer.Option(help="write the sweep as an SVG plot here")] = None,  # noqa: UP045
-           as_json: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
-           ) -> None:
-    """Replay write-back traces against a slow device with and without an NVM flush layer.
-
-    Trace columns: time_s, ino, index (page index in the inode), and optionally dev, op (W or R)
-    and tenant. Devices: hdd, sata-ssd, nvme-ssd, pcm, optane (hdd and pcm as in Park & Bahn).
-    """
-    from isobench.nvmsim import trace as trace_mod
-    from isobench.nvmsim.devices import device
-    from isobench.nvmsim.run import capacity_sweep, compare, default_capacities
-
-    if len(traces) == 1 and traces[0].is_dir():
-        from isobench.nvmsim.study_cli import nvmsim_study
-
-        for flag, given in (("--plot", plot), ("--characterise", characterise)):
-            if given:
-                raise UserError(f"{flag} works on trace files, not on a study directory", field=flag,
-                                fix=f"write the cells' traces with --export-csv DIR, then run nvmsim {flag} on one")
-        nvmsim_study(traces[0], cell, export_csv, capacity, policy, nvm, slow, high_watermark, low_watermark,
-                     as_json, console, sweep=sweep)
-        return
-    from isobench.nvmsim.study_cli import sim_config_from_options
-
-    config = sim_config_from_options(capacity, policy, nvm, slow, high_watermark, low_watermark)
-    try:
-        trace = trace_mod.load(traces)
-    except (OSError, ValueError) as err:
-        raise UserError(str(err), fix="see `isobench nvmsim --help` for the columns") from None
-    result = compare(trace, config, device(nvm), device(slow))
-    rows = capacity_sweep(trace, default_capacities(trace, sweep or 64), device(nvm), device(slow)) \
-        if (sweep or plot) else []
-    if plot:
-        from isobench.nvmsim.plot import sweep_svg
-
-        plot.write_text(sweep_svg(rows, f"NVM flush layer: {nvm} in front of {slow}, LRU"))
-    extra: dict[str, object] = {}
-    if characterise:
-        from isobench.nvmsim.characterise import hot_share_over_time, writebacks_per_page_over_time
-
-        extra = {"heatmap": writebacks_per_page_over_time(trace), "hot_share": hot_share_over_time(trace)}
-    if as_json:
-        sys.stdout.write(json.dumps({**result, "sweep": rows, **extra}, indent=1) + "\n")
-        return
-    table = Table(title=f"{result['events']} events, {result['pages']} pages, NVM {result['capacity_pages']} "
-                        f"pages ({result['policy']}), {nvm} in front of {slow}")
-    for column in ("system", "mean", "p50", "p99", "writes to the slow device"):
-        table.add_column(column, justify="right")
-    for label, key, writes in (("baseline", "baseline", result["slow_writes_baseline"]),
-                               ("with NVM", "nvm_system", result["slow_writes_nvm"])):
-        stats = result[key]
-        table.add_row(label, *(f"{stats[k] * 1e6:,.1f} µs" for k in ("mean_s", "p50_s", "p99_s")), str(writes))
-    console.print(table)
-    console.print(f"I/O latency improvement: {result['improvement']:.1%}; NVM hit ratio {result['hit_ratio']:.1%}; "
-                  f"{result['flushes_avoided']} flushes to {slow} avoided; destaged {result['destage_bytes']:,} bytes "
-                  f"({result['sync_destages']} synchronous, {result['background_destages']} in the background)")
-    if rows:
-        sweep_table = Table(title="LRU capacity sweep (one pass, Mattson stack distances)")
-        for column in ("capacity (pages)", "hit ratio", "mean latency", "improvement"):
-            sweep_table.add_column(column, justify="right")
-        writes = max(1, result["write_backs"])
-        for row in rows:
-            sweep_table.add_row(str(row["capacity"]), f"{row['hits'] / writes:.1%}", f"{row['mean_s'] * 1e6:,.1f} µs",
-                                f"{row['improvement']:.1%}")
-        console.print(sweep_table)
-    if plot:
-        console.print(f"sweep plot: {plot}")
-    if extra:
-        hot_table = Table(title="share of write-backs from each window's hottest 1% of pages")
-        for column in ("window", "from (s)", "write-backs", "pages", "hottest 1% share"):
-            hot_table.add_column(column, justify="right")
-        for row in extra["hot_share"]:  # type: ignore[union-attr]
-            hot_table.add_row(str(row["window"]), f"{row['start_s']:.1f}", str(row["write_backs"]),
-                              str(row["pages"]), f"{row['hot_share']:.1%}")
-        console.print(hot_table)
+app.command()(nvmsim)  # nvmsim/cli.py
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from isobench.analysis.stats import bootstrap_ratio_ci, effect_words, holm, inte
 from isobench.plan.cells import closest_by_knobs
 from isobench.plan.tenancy import tenant_spec
 from isobench.store import Store
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 
 
 @dataclass
@@ -290,3 +290,47 @@ def phase_attribution(comparisons: list[Comparison], e2e: Comparison) -> tuple[s
     top = max(phases, key=lambda c: (c.mean - c.baseline_mean) * (1 if delta > 0 else -1))
     share = (top.mean - top.baseline_mean) / delta
     return (top.metric.removeprefix("phase."), share) if share > 0 else None
+
+
+# -- CI gating: `isobench compare A B --fail-if slower[:RATIO]` ---------------------------------
+
+FAIL_IF_FIX = ("use slower (any resolved slowdown), slower:RATIO (resolved and B/A >= RATIO, e.g. slower:1.05), "
+               "faster, or faster:RATIO (resolved and B/A <= RATIO, e.g. faster:0.95)")
+
+
+@dataclass(frozen=True)
+class FailIf:
+    """A CI gate: trips on a comparison whose verdict is ``direction`` (a resolved difference: its
+    95% interval excludes 1 after Holm) and, with a threshold, whose ratio is beyond it."""
+
+    direction: str  # "slower" or "faster"
+    threshold: float | None = None
+
+    def __str__(self) -> str:
+        return self.direction + (f":{self.threshold:g}" if self.threshold is not None else "")
+
+    def trips(self, c: Comparison) -> bool:
+        if c.verdict != self.direction:
+            return False
+        if self.threshold is None:
+            return True
+        return c.ratio >= self.threshold if self.direction == "slower" else c.ratio <= self.threshold
+
+
+def parse_fail_if(spec: str) -> FailIf:
+    """``slower``, ``slower:1.05``, ``faster`` or ``faster:0.95``; anything else is a UserError."""
+    from isobench.errors import UserError
+
+    direction, colon, number = spec.strip().partition(":")
+    if direction not in ("slower", "faster"):
+        raise UserError(f"unknown condition {spec!r}", field="--fail-if", fix=FAIL_IF_FIX)
+    if not colon:
+        return FailIf(direction)
+    try:
+        threshold = float(number)
+    except ValueError:
+        threshold = math.nan
+    # a slowdown's ratio is above 1 and a speed-up's below: a threshold on the other side is a typo
+    if not math.isfinite(threshold) or threshold <= 0 or (threshold < 1 if direction == "slower" else threshold > 1):
+        raise UserError(f"bad ratio {number!r} in {spec!r}", field="--fail-if", fix=FAIL_IF_FIX)
+    return FailIf(direction, threshold)

@@ -54,7 +54,7 @@ def nvmsim_study(directory: Path, cell: str | None, export_csv: Path | None, cap
                         fix="run the study with the ftrace probe (probes: {ftrace: {}}) on a workload that writes files")
     if export_csv is not None:
         for path in write_csv(traces, export_csv):
-            console.print(f"trace written: {path}")
+            print(f"trace written: {path}", file=sys.stderr)  # progress, not the result
     results = []
     for item in traces:
         result = compare(item.trace, config, device(nvm), device(slow))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from isobench.analysis.compare import host_of
 from isobench.report.plaintext import csv_cell
@@ -38,25 +39,40 @@ def records(store: Store) -> list[dict[str, Any]]:
 
 
 def export(store: Store, fmt: str, target: Path) -> Path:
+    """Write the records to the file ``target``."""
+    with target.open("wb") as fh:
+        write(store, fmt, fh)
+    return target
+
+
+def write(store: Store, fmt: str, out: BinaryIO) -> None:
+    """Write the records in ``fmt`` (jsonl, csv or parquet) to the binary stream ``out`` (a file,
+    or stdout's buffer: the stream need not seek)."""
     rows = records(store)
     if fmt == "jsonl":
-        with target.open("w") as fh:
-            for row in rows:
-                fh.write(json.dumps(row, sort_keys=True) + "\n")
+        text = io.TextIOWrapper(out, encoding="utf-8", newline="")
+        for row in rows:
+            text.write(json.dumps(row, sort_keys=True) + "\n")
+        text.flush()
+        text.detach()
     elif fmt == "csv":
-        with target.open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=FIELDS)
-            writer.writeheader()
-            for row in rows:
-                cells = {**row, "knobs": json.dumps(row["knobs"], sort_keys=True)}
-                writer.writerow({k: csv_cell(v) for k, v in cells.items()})  # "=HYPERLINK(..)" stays text
+        text = io.TextIOWrapper(out, encoding="utf-8", newline="")
+        writer = csv.DictWriter(text, fieldnames=FIELDS)
+        writer.writeheader()
+        for row in rows:
+            cells = {**row, "knobs": json.dumps(row["knobs"], sort_keys=True)}
+            writer.writerow({k: csv_cell(v) for k, v in cells.items()})  # "=HYPERLINK(..)" stays text
+        text.flush()
+        text.detach()
     elif fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         columns = {name: [row[name] for row in rows] for name in FIELDS}
         columns["knobs"] = [json.dumps(k, sort_keys=True) for k in columns["knobs"]]
-        pq.write_table(pa.table(columns), target)
+        buffer = io.BytesIO()  # parquet's writer seeks; a pipe cannot
+        pq.write_table(pa.table(columns), buffer)
+        out.write(buffer.getvalue())
+        out.flush()
     else:
         raise ValueError(fmt)
-    return target

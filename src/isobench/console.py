@@ -1,0 +1,29 @@
+"""The command line's two consoles and JSON output, shared by the modules that hold commands.
+
+Tables and results go to stdout (``console``); progress, notes and errors to stderr
+(``err_console``). ``--json`` output is written to stdout as one JSON document.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from isobench.report.plaintext import Markup, PlainConsole, plain
+
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns: give them room.
+# Plain consoles: a user's label or error text is never read as markup (report/plaintext.py).
+console = PlainConsole() if sys.stdout.isatty() else PlainConsole(width=160)
+err_console = PlainConsole(stderr=True)
+
+
+def text_of(value: object) -> str:
+    """A table cell as plain text: a :class:`Markup` string without its style tags."""
+    return plain(value).plain if isinstance(value, Markup) else str(value)
+
+
+def print_json(document: Any) -> None:
+    """``document`` as indented JSON on stdout (non-JSON values, such as paths, as strings)."""
+    sys.stdout.write(json.dumps(document, indent=1, default=str) + "\n")
+    sys.stdout.flush()
