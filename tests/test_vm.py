@@ -29,7 +29,7 @@ def guest():
     for tool in ("busybox", "cpio", "modprobe"):
         need_tool(tool)
     from isobench.platforms.guest import guest_image
-    from isobench.platforms.vm import kvm_verdict
+    from isobench.platforms.kvm import kvm_verdict
 
     image = guest_image()
     return image, kvm_verdict()
@@ -142,7 +142,8 @@ def test_hung_guest_is_killed_at_the_timeout(guest) -> None:
 
 def test_sweep_kills_the_qemu_of_a_dead_runner(guest) -> None:
     from isobench.platforms.base import boot_id
-    from isobench.platforms.vm import STATE_ROOT, GuestRun, QemuMachine, Vm
+    from isobench.platforms.qemu import STATE_ROOT, GuestRun, QemuMachine
+    from isobench.platforms.vm import Vm
 
     image, _ = guest
     # A runner tag nobody holds the lock of: what a kill -9'd runner leaves.

@@ -51,7 +51,7 @@ NAMESPACE = "isobench"
 
 def _cached_kvm() -> str:
     """KVM's verdict from the cache `isobench doctor` fills (booting a guest here is too slow)."""
-    from isobench.platforms.vm import VERDICT_FILE
+    from isobench.platforms.kvm import VERDICT_FILE
 
     try:
         cached = json.loads(VERDICT_FILE.read_text())
@@ -67,7 +67,7 @@ def local_capabilities(full: bool = False) -> dict[str, Any]:
     platforms are judged from the cached verdict only."""
     from isobench.fingerprint import host_fingerprint
     from isobench.platforms import PLATFORMS, platform_variants
-    from isobench.platforms.vm import kvm_verdict
+    from isobench.platforms.kvm import kvm_verdict
     from isobench.probes.gpu import nvml
     from isobench.study.model import PlatformEntry
 
