@@ -34,7 +34,7 @@ from isobench.plan import expand  # noqa: E402
 from isobench.runner.adaptive import cells_to_run  # noqa: E402
 from isobench.runner.execute import CellOutcome  # noqa: E402
 from isobench.store import Store  # noqa: E402
-from isobench.study.loader import load_study_text  # noqa: E402
+from isobench.studyfile import load_study_text  # noqa: E402
 
 SD = {"baremetal": 0.01, "aa": 0.01, "docker": 0.01, "crun": 0.01, "gvisor": 0.03}
 RATIO = {"baremetal": 1.0, "aa": 1.0, "docker": 1.03, "crun": 1.02, "gvisor": 1.25}

@@ -29,7 +29,7 @@ from isobench.probes.session import default_probe_config
 from isobench.runner.execute import platform_for, run_cell
 from isobench.runner.study import prepare_data
 from isobench.store.sqlite import cell_metrics
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 
 WORKLOADS = {"resnet-infer": {"image_size": 64, "requests": 10, "min_seconds": 5.0},
              "lenet-train": {"steps": 20, "batch_size": 16, "min_seconds": 5.0}}  # the default study's sizes
@@ -99,7 +99,7 @@ def sampler_costs(seconds: float = 2.0) -> None:
     import subprocess
 
     from isobench.platforms.cgroups import CellCgroup
-    from isobench.probes.base import ProbeTarget
+    from isobench.target import ProbeTarget
 
     group = CellCgroup.create(f"isobench/bench-probes-{os.getpid()}", cpus=None, cpuset=None, memory=None)
     child = subprocess.Popen(["sleep", str(int(seconds * 4) + 5)], preexec_fn=group.join)

@@ -14,7 +14,7 @@ import os
 
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from isobench.study.loader import default_study_text
+from isobench.studyfile import default_study_text
 
 
 def steal_jiffies() -> int:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from isobench.errors import UserError  # noqa: E402
-from isobench.study.loader import load_study_text  # noqa: E402
+from isobench.studyfile import load_study_text  # noqa: E402
 from tests.test_fuzz_study import studies, values  # noqa: E402
 
 tracebacks: Counter[str] = Counter()

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from isobench.hostinfo import cgroup_layout
-from isobench.platforms.base import _held_lock, tag_is_stale
+from isobench.liveness import _held_lock, tag_is_stale
 
 TAG = re.compile(r"(\d+-[0-9a-f]{8})")
 

@@ -11,7 +11,7 @@ from isobench.probes.base import series_to_ipc
 from isobench.probes.session import ProbeOutcome
 from isobench.runner.execute import CellOutcome
 from isobench.store import Store
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 
 STUDY = """
 name: known

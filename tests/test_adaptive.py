@@ -16,7 +16,7 @@ from isobench.plan import expand
 from isobench.runner.adaptive import cells_to_run, decide
 from isobench.runner.execute import CellOutcome
 from isobench.store import Store
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import need_root, run_cli, write_study
 
 STUDY = """

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from isobench.plan import expand
-from isobench.study.loader import load_study
+from isobench.studyfile import load_study
 from tests.conftest import need_docker, need_root, need_tool, run_cli, wait_for, write_study
 from tests.leftovers import all_leftovers, containers, oci_state
 
@@ -117,13 +117,13 @@ def test_interrupt_during_a_cell_leaves_nothing(platform: str, how: int, tmp_pat
 def test_a_live_runner_is_never_taken_for_stale(tmp_path: Path) -> None:
     """Any process that runs cells (this test process too) keeps its resources from sweeps."""
     need_root()
-    from isobench.platforms.base import runner_tag, tag_is_stale
+    from isobench.liveness import runner_tag, tag_is_stale
 
     mine = runner_tag()
     assert not tag_is_stale(mine)
-    child = subprocess.run([sys.executable, "-c", f"from isobench.platforms.base import tag_is_stale as t; "
+    child = subprocess.run([sys.executable, "-c", f"from isobench.liveness import tag_is_stale as t; "
                             f"print(t({mine!r}))"], capture_output=True, text=True, check=True)
     assert child.stdout.strip() == "False"
-    dead = subprocess.run([sys.executable, "-c", "from isobench.platforms.base import runner_tag; "
+    dead = subprocess.run([sys.executable, "-c", "from isobench.liveness import runner_tag; "
                            "print(runner_tag())"], capture_output=True, text=True, check=True).stdout.strip()
     assert tag_is_stale(dead)

@@ -26,7 +26,7 @@ from isobench.report.markdown import render_markdown
 from isobench.report.terminal import comparison_table, headline, print_summary
 from isobench.runner.execute import CellOutcome
 from isobench.store import Store
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import run_cli
 
 STUDY = """

@@ -250,8 +250,8 @@ def test_page_faults_agree_with_perf_stat_for_the_same_process() -> None:
     need_tracefs()
     if not shutil.which("perf"):
         pytest.skip("host lacks perf")
-    from isobench.probes.base import ProbeTarget
     from isobench.probes.ftrace import FtraceProbe, FtraceSettings
+    from isobench.target import ProbeTarget
 
     child = _waiting_child("x = bytearray(96 << 20)\nx[::4096] = b'1' * len(x[::4096])\n")
     probe = FtraceProbe(FtraceSettings(syscalls=False, block=False, buffers=False))
@@ -276,8 +276,8 @@ def test_strace_fallback_counts_the_same_syscalls() -> None:
     need_root()
     if not shutil.which("strace"):
         pytest.skip("host lacks strace")
-    from isobench.probes.base import ProbeTarget
     from isobench.probes.syscalls import SyscallProbe, SyscallSettings
+    from isobench.target import ProbeTarget
 
     code = "import os\nfor _ in range(500):\n    os.getppid()\n"
     histograms = []
@@ -358,8 +358,8 @@ def test_tenants_starting_together_mount_tracefs_once(tmp_path: Path) -> None:
 
 def test_a_trace_file_stops_at_its_cap_and_the_probe_says_so() -> None:
     need_tracefs()
-    from isobench.probes.base import ProbeTarget
     from isobench.probes.ftrace import FtraceProbe, FtraceSettings
+    from isobench.target import ProbeTarget
 
     # 96 MiB of fresh pages: ~25,000 page-fault events, far more than 1 MiB of trace text
     child = _waiting_child("x = bytearray(96 << 20)\nx[::4096] = b'1' * len(x[::4096])\n")

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from isobench.errors import UserError
-from isobench.study.loader import load_study_text, validate_study
+from isobench.studyfile import load_study_text, validate_study
 
 KEYS = ["name", "description", "workloads", "platforms", "baseline", "knobs", "repetitions", "warmup", "seed",
         "timeout_s", "probes", "max_cells", "label", "params", "sweep", "image", "options", "kernel", "cpuset",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from isobench.runner import hoststate
+from isobench import hoststate
 from tests.conftest import ISOBENCH, need_root, wait_for, write_study
 
 NVPMODEL = """#!/bin/sh
@@ -176,7 +176,7 @@ def test_overlapping_holders_leave_the_host_original(tmp_path: Path, fake_host: 
 
 def test_a_live_runners_change_is_not_swept(tmp_path: Path, fake_host: dict[str, str]) -> None:
     path = Path(fake_host["ISOBENCH_SYSFS_ROOT"]) / "devices/system/cpu/cpu1/cpufreq/scaling_governor"
-    code = ("import sys, time\nfrom isobench.runner.hoststate import Change\n"
+    code = ("import sys, time\nfrom isobench.hoststate import Change\n"
             f"Change('sysfs', {str(path)!r}, 'performance').apply()\nprint('set', flush=True)\ntime.sleep(600)\n")
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
 from isobench.store.sqlite import Store, cell_metrics
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from isobench.workloads import WORKLOADS
 from isobench.workloads.channel import CellContext
 from isobench.workloads.kernels import describe

@@ -15,7 +15,7 @@ from isobench.analysis.layers import waterfalls
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
 from isobench.store import Store
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from isobench.workloads.inspect_cell import mount_of, namespaces
 from tests.conftest import need_docker, need_root, need_tool, run_cli, write_study
 

@@ -16,7 +16,7 @@ from isobench.plan import expand
 from isobench.plan.placement import host_knob_problems
 from isobench.runner.execute import platform_for, run_cell
 from isobench.runner.study import prepare_data
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import need_docker, need_root, run_cli, write_study
 
 

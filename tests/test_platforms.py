@@ -9,7 +9,7 @@ import pytest
 
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import need_docker, need_root, need_tool
 from tests.leftovers import all_leftovers
 

@@ -10,7 +10,7 @@ import pytest
 
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import need_root
 
 LAST_CORE = max(os.sched_getaffinity(0))

@@ -16,9 +16,9 @@ import pytest
 
 from isobench.plan import expand
 from isobench.platforms.cgroups import CellCgroup
-from isobench.probes.base import ProbeTarget
 from isobench.runner.execute import platform_for, run_cell
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
+from isobench.target import ProbeTarget
 from tests.conftest import need_docker, need_root, need_tool, run_cli, write_study
 
 TINY = {"iterations": 3, "work": 20000}
@@ -240,7 +240,7 @@ def test_perf_children_die_with_a_killed_runner(tmp_path: Path) -> None:
     script = tmp_path / "runner.py"
     script.write_text(
         "import os, time\n"
-        "from isobench.probes.base import ProbeTarget\n"
+        "from isobench.target import ProbeTarget\n"
         "from isobench.probes.perf import PerfProbe, PerfSettings\n"
         "probe = PerfProbe(PerfSettings())\n"
         "probe.start(ProbeTarget(platform='test', root_pid=os.getpid()))\n"

@@ -206,7 +206,7 @@ def test_compare_cli_same_statistics_and_refusal(tmp_path: Path) -> None:
 def test_replication_studies_load_and_name_their_paper() -> None:
     from isobench.plan import expand
     from isobench.report.replication import REPLICATIONS
-    from isobench.study.loader import builtin_studies, load_study
+    from isobench.studyfile import builtin_studies, load_study
 
     for name in REPLICATIONS:
         assert name in builtin_studies()

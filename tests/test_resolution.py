@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from isobench.hostinfo import host_cpus
+from isobench.hostinfo import cpu_list, host_cpus
 from isobench.plan import expand
-from isobench.plan.cores import core_layout, cpu_list
+from isobench.plan.cores import core_layout
 from isobench.store import Store
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import need_docker, need_root, run_cli, write_study
 
 

@@ -16,7 +16,7 @@ from isobench import api
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
 from isobench.store.sqlite import cell_metrics
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import json_lines, need_docker, need_root, need_tool, run_cli
 
 TRAIN = """

@@ -128,7 +128,7 @@ def _serve_cell(platform: str = "baremetal"):  # type: ignore[no-untyped-def]
 
     from isobench.plan import expand
     from isobench.runner.study import prepare_data
-    from isobench.study.loader import load_study_text
+    from isobench.studyfile import load_study_text
 
     text = json.dumps({"name": "sec", "workloads": [{"name": "serve", "params": SERVE}],
                        "platforms": [{"name": platform}], "knobs": {"threads": 1}, "repetitions": 1,
@@ -213,7 +213,7 @@ TRAIN = {"image_size": 32, "n_images": 8, "source_size": 40, "n_classes": 4, "to
 
 def _cells(workloads: list[dict], platforms: list[dict]):  # type: ignore[no-untyped-def]
     from isobench.plan import expand
-    from isobench.study.loader import load_study_text
+    from isobench.studyfile import load_study_text
 
     text = json.dumps({"name": "art", "workloads": workloads, "platforms": platforms, "knobs": {"threads": 1},
                        "repetitions": 1, "warmup": 0, "probes": {}, "timeout_s": 300})
@@ -226,7 +226,7 @@ def test_a_planted_link_in_artifacts_is_not_written_through(tmp_path: Path) -> N
     import dataclasses
     import shutil
 
-    from isobench.runner.artifacts import artifacts_dir_for
+    from isobench.platforms.artifacts import artifacts_dir_for
     from isobench.runner.execute import run_cell
     from isobench.runner.study import prepare_data
 
@@ -269,7 +269,7 @@ def test_a_planted_link_in_artifacts_is_not_written_through(tmp_path: Path) -> N
 
 
 def test_a_consumer_refuses_a_linked_model_and_mounts_read_only(tmp_path: Path) -> None:
-    from isobench.runner.artifacts import artifacts_dir_for, artifacts_mode
+    from isobench.platforms.artifacts import artifacts_dir_for, artifacts_mode
     from isobench.workloads.artifacts import ArtifactError, load_model
     from isobench.workloads.channel import CellContext
 
@@ -346,7 +346,7 @@ metric("subprocess_status", subprocess.run(["true"]).returncode)
 def test_oci_default_filter_denies_new_namespaces_like_docker(tmp_path: Path) -> None:
     from isobench.plan import expand
     from isobench.runner.execute import platform_for, run_cell
-    from isobench.study.loader import load_study_text
+    from isobench.studyfile import load_study_text
     from tests.conftest import need_tool
 
     need_tool("runc")

@@ -18,8 +18,8 @@ from isobench.platforms import PLATFORMS
 from isobench.runner.drivers import percentile
 from isobench.runner.execute import platform_for, run_cell
 from isobench.runner.study import prepare_data, run_study
-from isobench.study.loader import load_study_text
 from isobench.study.model import PlatformEntry
+from isobench.studyfile import load_study_text
 from isobench.workloads.serving import parse_server_timing, server_timing_header
 from tests.conftest import need_docker, need_root
 
@@ -83,7 +83,7 @@ def test_train_then_deploy_and_serve_on_bare_metal_and_docker(tmp_path: Path) ->
             by_item.setdefault(item, {})[phase] = seconds
         for phases in by_item.values():  # connect + server phases + transport is the client's e2e
             assert sum(v for k, v in phases.items() if k != "e2e") == pytest.approx(phases["e2e"], rel=1e-6)
-    from isobench.platforms.base import runner_tag
+    from isobench.liveness import runner_tag
     from isobench.platforms.docker import LABEL_RUNNER, docker
 
     left = docker("ps", "-aq", "--filter", f"label={LABEL_RUNNER}={runner_tag()}").stdout.strip()

@@ -70,7 +70,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_plan_expands_product_interleaved(tmp_path: Path) -> None:
     from isobench.plan import expand
-    from isobench.study.loader import load_study_text
+    from isobench.studyfile import load_study_text
 
     text = """
 name: p

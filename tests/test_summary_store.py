@@ -10,7 +10,7 @@ import pytest
 from isobench.plan import expand
 from isobench.runner.execute import CellOutcome
 from isobench.store import Store
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import run_cli
 
 # Core 63 exists on the host that ran this, not necessarily here: summary must not care.

@@ -11,7 +11,7 @@ import pytest
 
 from isobench.plan import expand
 from isobench.store import Store
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import need_docker, run_cli, write_study
 from tests.leftovers import all_leftovers
 

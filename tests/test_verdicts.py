@@ -19,7 +19,7 @@ from isobench.plan import expand
 from isobench.runner.adaptive import look_alpha, spent
 from isobench.runner.execute import CellOutcome
 from isobench.store import Store
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import run_cli
 from tests.test_fleet import STUDY as FLEET_STUDY
 

@@ -15,7 +15,7 @@ import pytest
 from isobench.hostinfo import host_cpus, parse_cpu_list
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from tests.conftest import need_root, need_tool, run_cli, write_study
 
 SPIN = {"name": "cpu-spin", "params": {"iterations": 3, "work": 20000}}
@@ -64,7 +64,7 @@ def qemu_processes() -> list[str]:
 
 def my_leftovers() -> list[str]:
     """QEMU processes, VM state and cgroups of this test process (other agents share the host)."""
-    from isobench.platforms.base import runner_tag
+    from isobench.liveness import runner_tag
     from isobench.platforms.cgroups import PARENT, _hierarchy_roots
 
     found = qemu_processes() + [str(p) for p in Path("/run/isobench/vm").glob(f"isobench-{runner_tag()}-*")]
@@ -141,7 +141,7 @@ def test_hung_guest_is_killed_at_the_timeout(guest) -> None:
 
 
 def test_sweep_kills_the_qemu_of_a_dead_runner(guest) -> None:
-    from isobench.platforms.base import boot_id
+    from isobench.liveness import boot_id
     from isobench.platforms.qemu import STATE_ROOT, GuestRun, QemuMachine
     from isobench.platforms.vm import Vm
 

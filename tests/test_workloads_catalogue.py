@@ -20,7 +20,7 @@ from isobench.errors import UserError
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
 from isobench.runner.study import prepare_data
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 from isobench.workloads import WORKLOADS
 from isobench.workloads.datasets import (
     CORPUS_FILE,

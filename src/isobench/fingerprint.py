@@ -41,7 +41,7 @@ def cpufreq() -> dict[str, Any]:
 
 def numa() -> dict[str, Any]:
     """NUMA nodes and their CPUs (one node: placement by node changes nothing here)."""
-    from isobench.plan.placement import numa_nodes
+    from isobench.hostinfo import numa_nodes
 
     nodes = numa_nodes()
     return {"nodes": len(nodes) or 1, "cpus": {str(node): cpus for node, cpus in nodes.items()}}

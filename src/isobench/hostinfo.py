@@ -5,9 +5,12 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
+
+NODE_SYS = Path("/sys/devices/system/node")
 
 
 @functools.cache
@@ -95,8 +98,43 @@ def cpu_ranges(cpus: list[int] | set[int]) -> list[str]:
     return ranges
 
 
+def cpu_list(cores: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``: a cpuset as the kernel and Docker read it (never capped)."""
+    return ",".join(cpu_ranges(cores))
+
+
 def format_cpu_list(cpus: list[int] | set[int], limit: int = 8) -> str:
     """Cores as kernel-style ranges (``0-3,8,10-100000``), at most ``limit`` ranges then how many more."""
-    from isobench.report.plaintext import capped_list
+    from isobench.text import capped_list
 
     return capped_list(cpu_ranges(cpus), limit, sep=",")
+
+
+_FREQ_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(khz|mhz|ghz)?\s*$", re.IGNORECASE)
+_FREQ_UNITS = {"khz": 1, "mhz": 1_000, "ghz": 1_000_000}
+
+
+def parse_frequency_khz(value: str | int) -> int:
+    """``1.8GHz``, ``1800MHz``, ``1800000`` (kHz, as cpufreq writes it) -> kHz."""
+    match = _FREQ_RE.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a frequency; fix: write e.g. 1.8GHz, 1800MHz or 1800000 (kHz)")
+    return int(float(match.group(1)) * _FREQ_UNITS[(match.group(2) or "khz").lower()])
+
+
+def numa_nodes() -> dict[int, list[int]]:
+    nodes: dict[int, list[int]] = {}
+    for node in sorted(NODE_SYS.glob("node[0-9]*")):
+        try:
+            nodes[int(node.name[4:])] = parse_cpu_list((node / "cpulist").read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return nodes
+
+
+def cache_root() -> Path:
+    """Where isobench keeps what outlives a run on this host (images, guest kernels, baseload)."""
+    default = "/var/cache/isobench" if os.geteuid() == 0 else str(Path.home() / ".cache" / "isobench")
+    path = Path(os.environ.get("ISOBENCH_CACHE", default))
+    path.mkdir(parents=True, exist_ok=True)
+    return path

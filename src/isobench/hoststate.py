@@ -103,7 +103,7 @@ def _restore_dirty_background(key: str, original: dict[str, str]) -> None:
 
 
 def _read_affinity(key: str) -> str:
-    from isobench.plan.cores import cpu_list
+    from isobench.hostinfo import cpu_list
 
     return cpu_list(sorted(os.sched_getaffinity(int(key))))
 
@@ -226,7 +226,7 @@ class Change:
     :meth:`release` restores it unless another holder still wants it changed."""
 
     def __init__(self, kind: str, key: str, value: Any) -> None:
-        from isobench.platforms.base import runner_tag
+        from isobench.liveness import runner_tag
 
         if kind not in KINDS:
             raise ValueError(f"unknown kind of host state {kind!r}")
@@ -296,7 +296,7 @@ def journal() -> list[dict[str, Any]]:
 
 def sweep_stale(kinds: set[str] | None = None) -> list[str]:
     """Restore what dead runners left changed (of these kinds, or all); say what was restored."""
-    from isobench.platforms.base import tag_is_stale
+    from isobench.liveness import tag_is_stale
 
     done: list[str] = []
     if not STATE_DIR.is_dir():

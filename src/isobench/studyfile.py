@@ -1,4 +1,5 @@
-"""Load and validate a study file; every mistake becomes one line naming file, field and fix."""
+"""Load a study file and validate it against this installation (its platforms, workloads, probes
+and host); every mistake becomes one line naming file, field and fix."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from pydantic import ValidationError
 
 from isobench.errors import UserError
 from isobench.hostinfo import format_cpu_list, host_cpus
-from isobench.report.plaintext import clip
-from isobench.study.model import DEFAULT_MAX_CELLS, Knobs, Study
+from isobench.study.model import DEFAULT_MAX_CELLS, Knobs, Study, knob_combinations
+from isobench.text import clip
 
 DEFAULT_STUDY = "default"
 #: a study file larger than this is not a study (and would be read into memory whole)
@@ -83,11 +84,39 @@ def _from_validation(err: ValidationError, file: str, prefix: str = "") -> UserE
     return UserError(message, file=file, field=field or None, fix=fix)
 
 
-def knob_combinations(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """Expand list-valued knobs into their product, in a stable order."""
-    keys = sorted(values)
-    axes = [values[k] if isinstance(values[k], list) else [values[k]] for k in keys]
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
+def _from_value_error(err: ValueError, file: str, field: str | None) -> UserError:
+    """A whole-study check's ValueError("problem; fix: ...") as the one-line error a schema error gives."""
+    message, _, fix = str(err).partition("; fix: ")
+    return UserError(message, file=file, field=field, fix=fix or _fix_for({"type": "value_error"}))
+
+
+def _check_cross_field(study: Study, file: str) -> None:
+    """Checks that need the probe registry and the plan's rules, in the order the schema ran them."""
+    from isobench.plan.duet import validate_duet
+    from isobench.plan.tenancy import validate_tenants
+    from isobench.probes.session import validate_probe_config
+
+    try:
+        if study.probes is not None:
+            validate_probe_config(study.probes)
+    except ValueError as err:
+        raise _from_value_error(err, file, "probes") from None
+    try:
+        validate_tenants(study)
+        validate_duet(study)
+    except ValueError as err:
+        raise _from_value_error(err, file, None) from None
+
+
+def _pass_allow_emulation(study: Study) -> None:
+    """Copy the study's ``allow_emulation`` into the options of the platforms that take it
+    (the VMs), so that a cell, which carries its platform entry, can run on its own."""
+    if study.allow_emulation:
+        from isobench.platforms import PLATFORMS
+
+        for entry in study.platforms:
+            if entry.name in PLATFORMS and getattr(PLATFORMS.get(entry.name), "takes_allow_emulation", False):
+                entry.options.setdefault("allow_emulation", True)
 
 
 def _check_knobs(values: dict[str, Any], file: str, field: str, check_host: bool) -> None:
@@ -198,6 +227,8 @@ def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
         raise _from_validation(err, file) from None
     except TypeError as err:
         raise UserError(clip(str(err), 200), file=file, fix="check the study's top-level keys") from None
+    _check_cross_field(study, file)
+    _pass_allow_emulation(study)
     _check_names(study, file)
     _check_size(study, file)  # before anything walks the sweeps' product
 

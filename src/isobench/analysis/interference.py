@@ -20,8 +20,8 @@ from isobench.analysis.compare import Group, load_groups
 from isobench.analysis.stats import RatioEstimate, ratio_ci
 from isobench.plan.tenancy import tenant_spec
 from isobench.store import Store
-from isobench.study.loader import load_study_text
 from isobench.study.model import PlatformEntry
+from isobench.studyfile import load_study_text
 
 WRITEBACK_WORDS = ("writeback", "dirt", "nr_written")
 

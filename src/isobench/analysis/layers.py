@@ -25,7 +25,7 @@ from scipy import stats as sps
 from isobench.analysis.compare import Group, load_groups
 from isobench.analysis.stats import RatioEstimate, ratio_ci
 from isobench.store import Store
-from isobench.study.loader import load_study_text
+from isobench.studyfile import load_study_text
 
 LAYER_PREFIX = "layer-"
 METRIC = "e2e"

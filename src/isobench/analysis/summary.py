@@ -14,8 +14,8 @@ from isobench.analysis.stats import log_sd
 from isobench.analysis.views import Context, View, build_views
 from isobench.analysis.warnings import Warning_, core_sharing_warning, study_warnings
 from isobench.store import Store
-from isobench.study.loader import load_study_text
 from isobench.study.model import Study
+from isobench.studyfile import load_study_text
 
 
 @dataclass

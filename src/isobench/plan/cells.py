@@ -15,8 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from isobench.hostinfo import parse_cpu_list
-from isobench.study.loader import knob_combinations
-from isobench.study.model import Study
+from isobench.study.model import Study, knob_combinations
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from isobench.hostinfo import cpu_ranges, host_cpus
+from isobench.hostinfo import cpu_list, host_cpus
 
 if TYPE_CHECKING:
     from isobench.plan.cells import Cell
@@ -26,11 +26,6 @@ if TYPE_CHECKING:
 #: knobs that choose the cell's cores themselves: the layout leaves such a cell alone (a CPU quota,
 #: ``cpus``, keeps the layout's cores when it fits on them, else it may spread over every core)
 CORE_KNOBS = ("cpuset", "placement", "chr", "reserve_idle_cores", "numa_node")
-
-
-def cpu_list(cores: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``: a cpuset as the kernel and Docker read it (never capped)."""
-    return ",".join(cpu_ranges(cores))
 
 
 @dataclass(frozen=True)

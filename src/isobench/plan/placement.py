@@ -18,14 +18,13 @@ stored cell says both what was asked and what was applied.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from isobench.errors import UserError
-from isobench.hostinfo import host_cpus, parse_cpu_list
+from isobench.hostinfo import host_cpus, numa_nodes
 
 if TYPE_CHECKING:
     from isobench.plan.cells import Cell
@@ -34,22 +33,9 @@ if TYPE_CHECKING:
 # ISOBENCH_SYSFS_ROOT (test/advanced hook): read and write cpufreq under another root, e.g. a
 # fake tree where the host has none; it reaches the runner process, which applies the knobs
 CPU_SYS = Path(os.environ.get("ISOBENCH_SYSFS_ROOT", "/sys")) / "devices/system/cpu"
-NODE_SYS = Path("/sys/devices/system/node")
 PLACEMENT_KNOBS = ("placement", "chr", "reserve_idle_cores", "numa_node")
 CPUFREQ_KNOBS = ("governor", "max_freq")
 JETSON_KNOBS = {"power_mode": "nvpmodel", "jetson_clocks": "jetson_clocks"}
-_FREQ_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(khz|mhz|ghz)?\s*$", re.IGNORECASE)
-_FREQ_UNITS = {"khz": 1, "mhz": 1_000, "ghz": 1_000_000}
-
-
-def parse_frequency_khz(value: str | int) -> int:
-    """``1.8GHz``, ``1800MHz``, ``1800000`` (kHz, as cpufreq writes it) -> kHz."""
-    match = _FREQ_RE.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a frequency; fix: write e.g. 1.8GHz, 1800MHz or 1800000 (kHz)")
-    return int(float(match.group(1)) * _FREQ_UNITS[(match.group(2) or "khz").lower()])
-
-
 def check_knob_combination(knobs: Knobs) -> None:
     """Host-independent contradictions (raised as ValueError "problem; fix: ...")."""
     asks_placement = knobs.placement or knobs.chr is not None or knobs.reserve_idle_cores or \
@@ -62,16 +48,6 @@ def check_knob_combination(knobs: Knobs) -> None:
     if knobs.placement == "pinned" and knobs.cpus is not None and knobs.cpus != int(knobs.cpus):
         raise ValueError(f"pinned placement needs whole cores, got cpus {knobs.cpus}; fix: use a whole number "
                          "of cores, or placement: vanilla")
-
-
-def numa_nodes() -> dict[int, list[int]]:
-    nodes: dict[int, list[int]] = {}
-    for node in sorted(NODE_SYS.glob("node[0-9]*")):
-        try:
-            nodes[int(node.name[4:])] = parse_cpu_list((node / "cpulist").read_text().strip())
-        except (OSError, ValueError):
-            continue
-    return nodes
 
 
 def cpufreq_files(name: str) -> list[Path]:

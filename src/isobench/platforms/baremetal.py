@@ -13,13 +13,14 @@ import time
 from typing import Any
 
 from isobench.hostinfo import cgroup_layout
+from isobench.liveness import runner_tag
 from isobench.plan.cells import Cell
 from isobench.platforms import PLATFORMS
-from isobench.platforms.base import Availability, Launched, Platform, kill_process_group, runner_tag
+from isobench.platforms.base import Availability, Launched, Platform, kill_process_group
 from isobench.platforms.cgroups import CGROUP_ROOT, PARENT, CellCgroup, remove_tree, stale_groups
 from isobench.platforms.datapath import bind_memory_node
-from isobench.probes.base import ProbeTarget
 from isobench.study.model import Knobs
+from isobench.target import ProbeTarget
 
 
 def cell_cgroup_path(cell: Cell) -> str:
@@ -116,7 +117,7 @@ class BareMetal(Platform):
 
     @classmethod
     def sweep_stale(cls) -> list[str]:
-        from isobench.platforms.base import tag_is_stale
+        from isobench.liveness import tag_is_stale
 
         removed = []
         for tag_dir in stale_groups(tag_is_stale):

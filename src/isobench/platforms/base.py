@@ -7,19 +7,24 @@ or host pids: the runner only reads that stream and the exit status.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+# Still imported from here by modules being reworked elsewhere (docker, podman, vm, layers);
+# the helpers live in the leaf module isobench.liveness.
+from isobench.liveness import boot_id as boot_id
+from isobench.liveness import prune_stale_runner_locks as prune_stale_runner_locks
+from isobench.liveness import runner_tag as runner_tag
+from isobench.liveness import tag_is_stale as tag_is_stale
 
 if TYPE_CHECKING:
     from isobench.plan.cells import Cell
-    from isobench.probes.base import ProbeTarget
     from isobench.study.model import PlatformEntry
+    from isobench.target import ProbeTarget
 
 ALL_KNOBS = frozenset({"cpus", "cpuset", "memory", "seccomp", "threads"})
 #: knobs every platform takes: resolved to cpus/cpuset at plan time (plan/placement.py), or
@@ -114,7 +119,7 @@ class Platform(ABC):
 
         May wait briefly for the cell to exist (a container is created after ``launch``
         returns). The default names the launcher process alone."""
-        from isobench.probes.base import ProbeTarget
+        from isobench.target import ProbeTarget
 
         return ProbeTarget(platform=self.name, root_pid=launched.proc.pid)
 
@@ -151,58 +156,3 @@ def kill_process_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL)
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-RUNNERS_DIR = Path("/run/isobench/runners")
-_held_lock: dict[str, Any] = {}
-
-
-def runner_tag() -> str:
-    """Who started a resource: ``<pid>-<boot id>``, so a later run can tell if it is stale.
-
-    The first call takes an exclusive lock on ``/run/isobench/runners/<tag>.lock`` and holds
-    it for the life of the process: the lock, not the pid or command line, says the runner
-    is alive, so any process that runs cells (the CLI, a test, a Ray worker) is protected.
-    """
-    tag = f"{os.getpid()}-{boot_id()[:8]}"
-    if _held_lock.get("tag") != tag:  # first call, or a forked child
-        RUNNERS_DIR.mkdir(parents=True, exist_ok=True)
-        handle = (RUNNERS_DIR / f"{tag}.lock").open("a")
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        _held_lock.update(tag=tag, handle=handle)
-    return tag
-
-
-def boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "noboot"
-
-
-def tag_is_stale(tag: str) -> bool:
-    """True when the runner that made a resource is gone: another boot, or nobody holds its lock."""
-    _, _, boot = tag.partition("-")
-    if boot != boot_id()[:8]:
-        return True
-    if _held_lock.get("tag") == tag:
-        return False
-    lock_path = RUNNERS_DIR / f"{tag}.lock"
-    try:
-        handle = lock_path.open("a")
-    except OSError:
-        return True
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # its runner still holds it
-        lock_path.unlink(missing_ok=True)
-        return True
-
-
-def prune_stale_runner_locks() -> None:
-    """Forget the lock files of runners that have ended."""
-    if RUNNERS_DIR.is_dir():
-        for lock in RUNNERS_DIR.glob("*.lock"):
-            tag_is_stale(lock.stem)

@@ -36,9 +36,8 @@ from isobench.platforms.hostmirror import (
     skeleton_digest,
     skeleton_tar,
 )
-from isobench.probes.base import ProbeTarget
-from isobench.probes.target import cgroups_of_pid, docker_engine_pids, poll
 from isobench.study.model import Knobs, PlatformEntry
+from isobench.target import ProbeTarget, cgroups_of_pid, docker_engine_pids, poll
 
 LABEL_RUNNER = "isobench.runner"
 #: the user-defined bridge serving cells join (dockerd here runs with --bridge=none: no docker0)
@@ -184,7 +183,7 @@ class DockerBase(Platform):
             args += ["-v", f"{path}:{path}:ro"]
         args += data_args
         if cell.artifacts_dir:  # trained models leave the container as host files (a consumer's: read-only)
-            from isobench.runner.artifacts import artifacts_mode
+            from isobench.platforms.artifacts import artifacts_mode
 
             args += ["-v", f"{cell.artifacts_dir}:{cell.artifacts_dir}:{artifacts_mode(cell)}"]
         env = {"PYTHONUNBUFFERED": "1"} if self.entry.image else container_env()

@@ -20,7 +20,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from isobench.platforms.hostmirror import cache_root
+from isobench.hostinfo import cache_root
 
 #: modules /init loads (with their dependencies), when the kernel has them as modules
 GUEST_MODULES = ("virtio_pci", "virtio_mmio", "virtio_console", "9pnet_virtio", "9p", "virtio_rng")

@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 
 import isobench
+from isobench.hostinfo import cache_root
 
 SKELETON_DIRS = ("proc", "sys", "dev", "tmp", "etc", "usr", "root", "run", "var/tmp", "mnt")
 SKELETON_LINKS = {"bin": "usr/bin", "lib": "usr/lib", "lib64": "usr/lib64", "sbin": "usr/sbin"}
@@ -27,13 +28,6 @@ SKELETON_FILES = {
     "etc/resolv.conf": "",
     "etc/hostname": "isobench\n",
 }
-
-
-def cache_root() -> Path:
-    default = "/var/cache/isobench" if os.geteuid() == 0 else str(Path.home() / ".cache" / "isobench")
-    path = Path(os.environ.get("ISOBENCH_CACHE", default))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _project_root() -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from isobench.hostinfo import cgroup_layout, tool_version
+from isobench.liveness import runner_tag, tag_is_stale
 from isobench.plan.cells import Cell
 from isobench.platforms import PLATFORMS
 from isobench.platforms.base import (
@@ -18,15 +19,12 @@ from isobench.platforms.base import (
     Launched,
     Platform,
     kill_process_group,
-    runner_tag,
-    tag_is_stale,
 )
 from isobench.platforms.cgroups import CGROUP_ROOT, CellCgroup, prune_empty
 from isobench.platforms.hostmirror import build_skeleton, cell_mounts, container_env, data_root
 from isobench.platforms.seccomp import default_profile
-from isobench.probes.base import ProbeTarget
-from isobench.probes.target import cgroups_of_pid, launcher_pids, poll
 from isobench.study.model import Knobs, PlatformEntry
+from isobench.target import ProbeTarget, cgroups_of_pid, launcher_pids, poll
 
 RUNTIMES = ("runc", "crun", "runsc")
 STATE_ROOT = Path("/run/isobench/oci")
@@ -79,7 +77,7 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
         mounts.append({"destination": path, "type": "bind", "source": path,
                        "options": ["rbind", "ro", "nosuid", "nodev"]})
     if cell.artifacts_dir:  # trained models leave the container as host files (a consumer's: read-only)
-        from isobench.runner.artifacts import artifacts_mode
+        from isobench.platforms.artifacts import artifacts_mode
 
         mounts.append({"destination": cell.artifacts_dir, "type": "bind", "source": cell.artifacts_dir,
                        "options": ["rbind", artifacts_mode(cell), "nosuid", "nodev"]})

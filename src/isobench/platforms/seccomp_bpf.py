@@ -18,7 +18,7 @@ import platform
 import time
 from pathlib import Path
 
-from isobench.platforms.hostmirror import cache_root
+from isobench.hostinfo import cache_root
 
 PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207

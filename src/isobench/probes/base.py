@@ -17,11 +17,11 @@ from __future__ import annotations
 import io
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
-import psutil
 from pydantic import BaseModel, ConfigDict
+
+from isobench.target import ProbeTarget
 
 
 class ProbeSettings(BaseModel):
@@ -36,43 +36,6 @@ class ProbeCheck:
     reason: str = ""
     #: parts that work only partly here (e.g. perf hardware events), and why
     partial: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class ProbeTarget:
-    """What a probe may watch: the cell's processes and cgroups, as the host sees them."""
-
-    platform: str
-    #: host pid of the cell's top process (the worker, the container's init, the sandbox)
-    root_pid: int | None
-    #: controller -> host cgroup directory ("unified" for cgroup v2 / the hybrid v2 mount)
-    cgroups: dict[str, Path] = field(default_factory=dict)
-    #: the container's full id, for engine-side views (perf --for-each-cgroup, docker stats)
-    container_id: str | None = None
-    #: pids of the platform's own machinery (container daemon, shims) that are not the cell
-    engine_pids: list[int] = field(default_factory=list)
-
-    def pids(self) -> list[int]:
-        """The cell's live host pids: every task in its cgroups (children stay in their parent's
-        group), or the root's process tree when it has none. The tree walk reads every process on
-        the host, so samplers avoid it wherever a cgroup says the same."""
-        found: set[int] = set()
-        if self.root_pid and not self.cgroups:
-            try:
-                root = psutil.Process(self.root_pid)
-                found.add(root.pid)
-                found.update(child.pid for child in root.children(recursive=True))
-            except psutil.Error:
-                pass
-        elif self.root_pid and psutil.pid_exists(self.root_pid):
-            found.add(self.root_pid)
-        for directory in self.cgroups.values():
-            procs = directory / "cgroup.procs"
-            try:
-                found.update(int(line) for line in procs.read_text().split())
-            except (OSError, ValueError):
-                pass
-        return sorted(found)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from pydantic import Field
 
 from isobench.probes import PROBES
 from isobench.probes.base import Probe, ProbeCheck, ProbeResult, ProbeSettings, ProbeTarget
-from isobench.probes.target import cgroup_mounts
+from isobench.target import cgroup_mounts
 
 SOFTWARE_EVENTS = ("page-faults", "minor-faults", "major-faults", "context-switches", "cpu-migrations",
                    "task-clock")

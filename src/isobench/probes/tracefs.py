@@ -3,7 +3,7 @@
 Each instance is named ``isobench-<runner tag>-<n>-<role>`` so a later run can tell whose
 it is: ``sweep_stale`` removes the instances (and their readers and trace files) of runners
 that are gone, and restores a ``dirty_background_bytes`` they lowered (journaled, like all
-host state isobench changes, by :mod:`isobench.runner.hoststate`). Global tracing state
+host state isobench changes, by :mod:`isobench.hoststate`). Global tracing state
 (the top-level instance) is never written; tracefs itself is mounted if it is not.
 
 A reader (``cat trace_pipe``, dying with its parent through ``setpriv --pdeathsig``) copies
@@ -79,7 +79,7 @@ class TraceInstance:
 
     def __init__(self, role: str, events: list[str], buffer_kb: int, pid_filter: bool = False,
                  max_bytes: int = DEFAULT_TRACE_BYTES) -> None:
-        from isobench.platforms.base import runner_tag
+        from isobench.liveness import runner_tag
 
         self.name = f"{PREFIX}{runner_tag()}-{next(_sequence)}-{role}"
         self.path = TRACEFS / "instances" / self.name
@@ -252,13 +252,13 @@ class DirtyBackgroundKnob:
     """Lower ``vm.dirty_background_bytes`` while a cell runs.
 
     Cells can overlap (tenants, concurrent runners): the host state journal
-    (:mod:`isobench.runner.hoststate`) keeps the host's original setting, saved by the first
+    (:mod:`isobench.hoststate`) keeps the host's original setting, saved by the first
     holder, and one entry per holder; while any holder remains the smallest value asked for is
     in force, and the last holder to leave restores the original. After a crash, the next run's
     sweep drops dead holders and restores the same way."""
 
     def __init__(self, value: int) -> None:
-        from isobench.runner.hoststate import Change
+        from isobench.hoststate import Change
 
         self.value = value
         self.change = Change("dirty_background", str(VM), value)
@@ -276,7 +276,7 @@ class DirtyBackgroundKnob:
 
 def _holders() -> list[dict[str, object]]:
     """Who holds ``vm.dirty_background_bytes`` lowered right now (dead runners included)."""
-    from isobench.runner.hoststate import holders
+    from isobench.hoststate import holders
 
     return holders("dirty_background")
 
@@ -288,7 +288,7 @@ def _tag_of(name: str) -> str | None:
 
 def sweep_stale() -> list[str]:
     """Remove instances, readers, trace files and sysctl changes left by runners that died."""
-    from isobench.platforms.base import tag_is_stale
+    from isobench.liveness import tag_is_stale
 
     removed: list[str] = []
     if STATE_DIR.is_dir():
@@ -301,7 +301,7 @@ def sweep_stale() -> list[str]:
                 _kill_reader(data.get("reader_pid"), data.get("instance", ""))
                 Path(data.get("trace_file", "/nonexistent")).unlink(missing_ok=True)
             state.unlink(missing_ok=True)
-    from isobench.runner.hoststate import sweep_stale as sweep_host_state
+    from isobench.hoststate import sweep_stale as sweep_host_state
 
     removed += sweep_host_state({"dirty_background"})
     instances = TRACEFS / "instances"

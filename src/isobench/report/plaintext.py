@@ -10,7 +10,7 @@ has one function here; the renderers call it instead of escaping on their own.
 - CSV: :func:`csv_cell` (no cell starts a spreadsheet formula);
 - matplotlib: :data:`MPL_RC` (no ``$…$`` math text);
 - HTML: :func:`html_text`;
-- one-line errors: :func:`capped_list` (a long list is cut, with how many were left out).
+- one-line errors: :func:`isobench.text.capped_list` (a long list is cut, with how many were left out).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import html
 import re
 import string
-from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
@@ -131,20 +130,3 @@ def html_text(value: object) -> str:
 
 
 # --- one-line messages ------------------------------------------------------------------------
-
-def capped_list(items: Iterable[object], limit: int = 8, sep: str = ", ") -> str:
-    """The first ``limit`` items, then "… and N more": a one-line error stays one short line."""
-    shown: list[str] = []
-    more = 0
-    for item in items:
-        if len(shown) < limit:
-            shown.append(str(item))
-        else:
-            more += 1
-    return sep.join(shown) + (f" … and {more} more" if more else "")
-
-
-def clip(value: object, limit: int = 80) -> str:
-    """``repr``-free short form of a long user string for a one-line message."""
-    text = str(value)
-    return text if len(text) <= limit else f"{text[:limit - 1]}… ({len(text)} characters)"

@@ -23,7 +23,7 @@ class NoMeter(RuntimeError):
 @contextlib.contextmanager
 def idle_container(seconds: float) -> Iterator[str]:
     """A host-mirror container that only sleeps, removed on every exit path."""
-    from isobench.platforms.base import runner_tag
+    from isobench.liveness import runner_tag
     from isobench.platforms.docker import LABEL_RUNNER, Docker, docker
     from isobench.study.model import PlatformEntry
 

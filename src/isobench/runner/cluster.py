@@ -133,12 +133,12 @@ class NodeAgent:
 
     def prepare(self, study_text: str, file: str) -> dict[str, str]:
         """Set up the study's platforms here; platform key -> "" (usable) or why not."""
+        from isobench.hoststate import sweep_stale as sweep_host_state
+        from isobench.liveness import runner_tag
         from isobench.platforms import PLATFORMS
-        from isobench.platforms.base import runner_tag
         from isobench.probes import PROBES
-        from isobench.runner.hoststate import sweep_stale as sweep_host_state
-        from isobench.study.loader import load_study_text
         from isobench.study.model import Knobs
+        from isobench.studyfile import load_study_text
 
         runner_tag()  # this actor is a runner: its lock protects what it starts
         study = load_study_text(study_text, file, check_host=False)
@@ -171,8 +171,8 @@ class NodeAgent:
 
     def run(self, batch: list[Cell], artifacts_root: str) -> dict[str, Any]:
         """Run one unit (a cell, or a tenant group at once) as a local run would."""
-        from isobench.platforms.base import runner_tag
-        from isobench.runner.artifacts import artifacts_dir_for
+        from isobench.liveness import runner_tag
+        from isobench.platforms.artifacts import artifacts_dir_for
         from isobench.runner.hostknobs import applied_host_knobs
         from isobench.runner.study import prepare_data
         from isobench.runner.tenancy import run_group
@@ -200,7 +200,7 @@ class NodeAgent:
 
     def finish(self) -> list[str]:
         """Clean up this node: the platforms' shared state, empty cgroups, dead runners' leftovers."""
-        from isobench.platforms.base import prune_stale_runner_locks, runner_tag
+        from isobench.liveness import prune_stale_runner_locks, runner_tag
         from isobench.platforms.cgroups import prune_empty
 
         removed: list[str] = []

@@ -7,7 +7,7 @@ it checks a container's ``--cpus`` against the cores it may run on itself, so a 
 refuses ``cpus: 1.5`` on a 2-core host; cells write their records in batches, so the little
 it forwards does not matter. The runner's own affinity is
 process state and simply put back; the daemons' is host state, changed through the
-journal (runner/hoststate.py), so a runner killed with ``kill -9`` leaves it to the next
+journal (hoststate.py), so a runner killed with ``kill -9`` leaves it to the next
 run's sweep or ``isobench doctor --repair`` to restore.
 
 A cell started by the runner inherits the runner's affinity until its platform moves it
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import psutil
 
-from isobench.plan.cores import CoreLayout, cpu_list
+from isobench.hostinfo import cpu_list
+from isobench.plan.cores import CoreLayout
 
 #: engine daemons moved to the harness's cores (see the module docstring for why not dockerd)
 PINNED_DAEMONS = ("containerd",)
@@ -53,7 +54,7 @@ def harness_on_its_cores(layout: CoreLayout, pin_engine: bool) -> Iterator[dict[
     own = sorted(os.sched_getaffinity(0))
     _pin_process(os.getpid(), layout.harness)
     with contextlib.ExitStack() as stack:
-        from isobench.runner.hoststate import changed
+        from isobench.hoststate import changed
 
         pinned = []
         if pin_engine:

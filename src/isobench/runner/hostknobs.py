@@ -8,7 +8,7 @@
 - ``jetson_clocks``: ``jetson_clocks`` (or ``--restore``) with the previous state saved by
   ``jetson_clocks --store`` and restored after.
 
-Each change goes through :mod:`isobench.runner.hoststate`, which journals the value before
+Each change goes through :mod:`isobench.hoststate`, which journals the value before
 it is changed, so a runner killed with ``kill -9`` leaves the next run (or ``isobench doctor
 --repair``) what it needs to put the host back.
 
@@ -22,8 +22,9 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from isobench.plan.placement import cpufreq_files, parse_frequency_khz
-from isobench.runner.hoststate import changed
+from isobench.hostinfo import parse_frequency_khz
+from isobench.hoststate import changed
+from isobench.plan.placement import cpufreq_files
 
 
 @contextmanager

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 def sweep_leftovers() -> tuple[list[str], list[str]]:
     """(host state restored, leftovers removed), each as lines a person can read."""
+    from isobench.hoststate import sweep_stale
+    from isobench.liveness import prune_stale_runner_locks, runner_tag
     from isobench.platforms import PLATFORMS
-    from isobench.platforms.base import prune_stale_runner_locks, runner_tag
     from isobench.probes import PROBES
-    from isobench.runner.hoststate import sweep_stale
 
     runner_tag()  # this process is a runner too: what it sweeps is never its own
     restored = sweep_stale()

@@ -18,23 +18,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from isobench.errors import UserError
 from isobench.fingerprint import host_fingerprint
+from isobench.liveness import prune_stale_runner_locks, runner_tag
 from isobench.plan.cells import Cell, expand
 from isobench.plan.cores import core_layout
 from isobench.platforms import PLATFORMS, Platform
-from isobench.platforms.base import prune_stale_runner_locks, runner_tag
+from isobench.platforms.artifacts import artifacts_dir_for
 from isobench.platforms.cgroups import prune_empty
 from isobench.platforms.hostmirror import data_root
 from isobench.report.plaintext import Markup, markup
 from isobench.runner.adaptive import cells_to_run
-from isobench.runner.artifacts import artifacts_dir_for
 from isobench.runner.cluster import safe_host_key
 from isobench.runner.execute import CellOutcome
 from isobench.runner.harness import harness_on_its_cores
 from isobench.runner.hostknobs import applied_host_knobs
 from isobench.runner.tenancy import run_group, tenant_batches
 from isobench.store import Store
-from isobench.study.loader import load_study_text
 from isobench.study.model import Knobs, Study
+from isobench.studyfile import load_study_text
 
 
 def check_platforms(study: Study, file: str) -> dict[str, Platform]:
@@ -186,7 +186,7 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
     for _, probe_cls in PROBES:
         for removed in probe_cls.sweep_stale():
             console.print(markup("[yellow]removed a leftover of an earlier run:[/] {}", removed))
-    from isobench.runner.hoststate import sweep_stale as sweep_host_state
+    from isobench.hoststate import sweep_stale as sweep_host_state
 
     for restored in sweep_host_state():  # cpufreq, sysctls, ... that a dead runner left changed
         console.print(markup("[yellow]host state left by an earlier run:[/] {}", restored))

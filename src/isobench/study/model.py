@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,13 @@ def parse_memory(value: str | int) -> int:
     if not match:
         raise ValueError(f"{value!r} is not a size; fix: write e.g. 512m or 2g")
     return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2).lower()])
+
+
+def knob_combinations(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Expand list-valued knobs into their product, in a stable order."""
+    keys = sorted(values)
+    axes = [values[k] if isinstance(values[k], list) else [values[k]] for k in keys]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axes)]
 
 
 class Knobs(BaseModel):
@@ -57,7 +65,7 @@ class Knobs(BaseModel):
     @field_validator("max_freq", mode="before")
     @classmethod
     def _max_freq(cls, value: Any) -> Any:
-        from isobench.plan.placement import parse_frequency_khz
+        from isobench.hostinfo import parse_frequency_khz
 
         if value is not None:
             parse_frequency_khz(value)
@@ -214,21 +222,11 @@ class Study(BaseModel):
     def _probes(cls, value: dict[str, dict[str, Any] | None] | None) -> dict[str, dict[str, Any]] | None:
         if value is None:
             return None
-        from isobench.probes.session import validate_probe_config
-
-        config = {name: dict(settings or {}) for name, settings in value.items()}
-        validate_probe_config(config)
-        return config
+        # each probe's own settings are checked by the loader, which knows the probes
+        return {name: dict(settings or {}) for name, settings in value.items()}
 
     #: default `tenants` of every platform entry that sets none
     tenants: int | None = Field(None, ge=1, le=64, description="cells run at once on every platform entry")
-
-    @model_validator(mode="after")
-    def _tenants(self) -> Study:
-        from isobench.plan.tenancy import validate_tenants
-
-        validate_tenants(self)
-        return self
 
     @model_validator(mode="after")
     def _unique_keys(self) -> Study:
@@ -246,25 +244,6 @@ class Study(BaseModel):
             self.adaptive = Adaptive()
         elif self.repetitions != "auto" and self.adaptive is not None:
             raise ValueError("adaptive: is set but repetitions is a number; fix: write `repetitions: auto`")
-        return self
-
-    @model_validator(mode="after")
-    def _duet(self) -> Study:
-        from isobench.plan.duet import validate_duet
-
-        validate_duet(self)
-        return self
-
-    @model_validator(mode="after")
-    def _pass_allow_emulation(self) -> Study:
-        """Copy the study's ``allow_emulation`` into the options of the platforms that take it
-        (the VMs), so that a cell, which carries its platform entry, can run on its own."""
-        if self.allow_emulation:
-            from isobench.platforms import PLATFORMS
-
-            for entry in self.platforms:
-                if entry.name in PLATFORMS and getattr(PLATFORMS.get(entry.name), "takes_allow_emulation", False):
-                    entry.options.setdefault("allow_emulation", True)
         return self
 
     @property
