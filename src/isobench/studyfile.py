@@ -93,7 +93,7 @@ def _from_value_error(err: ValueError, file: str, field: str | None) -> UserErro
 def _check_cross_field(study: Study, file: str) -> None:
     """Checks that need the probe registry and the plan's rules, in the order the schema ran them."""
     from isobench.plan.duet import validate_duet
-    from isobench.plan.tenancy import validate_tenants
+    from isobench.plan.tenants import validate_tenants
     from isobench.probes.session import validate_probe_config
 
     try:

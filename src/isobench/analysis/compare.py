@@ -18,7 +18,7 @@ from isobench.analysis import verdict as vd
 from isobench.analysis.blocked import Point, estimate, screen
 from isobench.analysis.stats import bootstrap_ratio_ci, effect_words, holm, interval_at
 from isobench.plan.cells import closest_by_knobs
-from isobench.plan.tenancy import tenant_spec
+from isobench.plan.tenants import tenant_spec
 from isobench.store import Store
 from isobench.studyfile import load_study_text
 

@@ -1,6 +1,6 @@
 """Multi-tenant interference: each tenant's time beside others vs the same cell alone.
 
-A platform entry with ``tenants`` (see :mod:`isobench.plan.tenancy`) is compared with an
+A platform entry with ``tenants`` (see :mod:`isobench.plan.tenants`) is compared with an
 entry of the same platform (name, runtime, image, options) that runs alone, for the
 same workload, parameters and knobs: ratio of geometric means of ``e2e`` with the Welch
 95% CI of :func:`isobench.analysis.stats.ratio_ci`. Bare-metal tenants are processes
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from isobench.analysis.compare import Group, load_groups
 from isobench.analysis.stats import RatioEstimate, ratio_ci
-from isobench.plan.tenancy import tenant_spec
+from isobench.plan.tenants import tenant_spec
 from isobench.store import Store
 from isobench.study.model import PlatformEntry
 from isobench.studyfile import load_study_text

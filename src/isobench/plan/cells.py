@@ -171,7 +171,7 @@ def expand(study: Study, repetitions: int | None = None) -> list[Cell]:
     from isobench.plan.cores import assign_cores
     from isobench.plan.duet import pair_for_duet
     from isobench.plan.placement import resolve_cells
-    from isobench.plan.tenancy import assign_tenants
+    from isobench.plan.tenants import assign_tenants
 
     cells = resolve_cells(assign_tenants(study, cells))
     if study.schedule == "duet":

@@ -135,7 +135,7 @@ class PlatformEntry(BaseModel):
     image: str | None = Field(None, description="user image with Python, torch and isobench inside")
     knobs: KnobValues = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
-    #: N cells at once behind a barrier, or a list of workload keys (mixed tenants); see plan/tenancy.py
+    #: N cells at once behind a barrier, or a list of workload keys (mixed tenants); see plan/tenants.py
     tenants: int | list[str] | None = Field(None, description="cells run at once: a count or workload keys")
 
     @property
