@@ -1,0 +1,450 @@
+"""Test a paper's findings (analysis/finding_spec.py) against the stores of its studies.
+
+Each check yields an estimate with a 95% interval and one of four verdicts, decided on that
+interval against the check's expectation:
+
+* ``> x``: holds when the interval lies above x, does not hold when it lies below;
+* ``< x``: the mirror image;
+* ``within m``: holds when the interval lies inside [1/(1+m), 1+m], does not hold when it lies
+  wholly outside;
+* anything else is inconclusive, with the repetitions per side at which the interval,
+  shrinking as 1/sqrt(n), would clear the threshold;
+* a check needing what the host lacks (a GPU, KVM, hardware counters, ...), or whose metric
+  the store does not hold, cannot be tested here, and says why.
+
+Ratios come from the same blocked estimate (duet pairs, rounds) as every comparison of the
+report; values and differences use a t interval over cells.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scipy import stats as sps
+
+from isobench.analysis.blocked import Point, estimate
+from isobench.analysis.compare import Group, load_groups
+from isobench.analysis.finding_spec import Check, Expectation, Finding, PaperFindings, Side
+from isobench.store import Store
+from isobench.studyfile import load_study_text
+
+HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = "holds", "does not hold", "inconclusive", "cannot be tested here"
+#: beyond this many repetitions, "inconclusive" says "more than" instead of a number
+MAX_REPETITIONS = 10_000
+
+
+@dataclass
+class Estimate:
+    value: float
+    low: float | None
+    high: float | None
+    n: int
+    #: the interval's scale: "log" for ratios (distances in log units), "linear" otherwise
+    scale: str = "log"
+    shown: str = ""
+
+
+@dataclass
+class CheckResult:
+    what: str
+    verdict: str
+    shown: str = ""
+    reason: str = ""
+    repetitions_needed: int | None = None
+    estimate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int = 0
+
+
+@dataclass
+class FindingResult:
+    paper: str
+    id: str
+    source: str
+    claim: str
+    paper_figure: str
+    origin: str
+    verdict: str
+    here: str
+    reason: str
+    repetitions_needed: int | None = None
+    checks: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def verdict_words(self) -> str:
+        """The table's wording: literature rows "match" or "do not match" instead of "hold"."""
+        if self.origin == "literature" and self.verdict in (HOLDS, FAILS):
+            return "matches the literature" if self.verdict == HOLDS else "does not match the literature"
+        if self.verdict == INCONCLUSIVE and self.repetitions_needed:
+            return f"inconclusive: about {self.repetitions_needed} repetitions would settle it"
+        if self.verdict == INCONCLUSIVE:
+            return "inconclusive"
+        if self.verdict == UNTESTABLE:
+            return f"{UNTESTABLE}: {self.reason}"
+        return self.verdict
+
+    def as_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["type"] = "finding"
+        record["verdict_words"] = self.verdict_words
+        return record
+
+
+class Untestable(Exception):
+    """The check cannot run on what the store holds; the message says why."""
+
+
+class Sources:
+    """The studies' stores, opened once, with their groups and baselines."""
+
+    def __init__(self, directories: dict[str, Path]) -> None:
+        self.directories = directories
+        self._cache: dict[str, tuple[list[Group], str]] = {}
+
+    def groups(self, study: str) -> tuple[list[Group], str]:
+        if study not in self._cache:
+            directory = self.directories.get(study)
+            if directory is None or not Store.exists(directory):
+                raise Untestable(f"study {study} was not run")
+            store = Store.open(directory)
+            try:
+                parsed = load_study_text(store.meta("study_yaml") or "", study, check_host=False)
+                self._cache[study] = (load_groups(store), parsed.baseline)
+            finally:
+                store.close()
+        return self._cache[study]
+
+
+def _group(groups: list[Group], workload: str, platform: str, knobs: dict[str, object]) -> Group:
+    found = [g for g in groups if g.workload == workload and g.platform_key == platform
+             and all(g.knobs.get(k) == v for k, v in knobs.items())]
+    if not found:
+        raise Untestable(f"no cells of {workload} on {platform}" + (f" with {knobs}" if knobs else ""))
+    if len(found) > 1:
+        found.sort(key=lambda g: len(g.knobs))  # the sweep's plainest variant, e.g. no extra knobs
+    return found[0]
+
+
+def _points(group: Group, metric: str | list[str], per: str | None) -> list[Point]:
+    names = [metric] if isinstance(metric, str) else list(metric)
+    missing = [m for m in [*names, *([per] if per else [])] if m not in group.points]
+    if missing:
+        raise Untestable(f"{missing[0]} was not recorded for {group.workload} on {group.platform_key}")
+    by_cell: dict[str, list[Point]] = defaultdict(list)
+    for name in names:
+        for p in group.points[name]:
+            by_cell[p.cell_id].append(p)
+    denominators = {p.cell_id: p.value for p in group.points[per]} if per else {}
+    points = []
+    for cell_id, parts in by_cell.items():
+        if len(parts) != len(names):
+            continue  # a cell that lacks one of the summed metrics
+        value = sum(p.value for p in parts)
+        if per:
+            if not denominators.get(cell_id):
+                continue
+            value /= denominators[cell_id]
+        points.append(Point(parts[0].rep, value, cell_id, parts[0].pair, parts[0].partner))
+    if not points:
+        raise Untestable(f"no cell of {group.workload} on {group.platform_key} has every metric it needs")
+    return points
+
+
+def _sides(sources: Sources, side: Side, default_study: str) -> tuple[list[Point], list[Point], str]:
+    groups, baseline = sources.groups(side.study or default_study)
+    sample = _group(groups, side.workload, side.platform, side.knobs)
+    reference = _group(groups, side.workload, side.against or baseline, side.knobs)
+    return (_points(sample, side.metric, side.per), _points(reference, side.metric, side.per),
+            side.platform)
+
+
+def _ratio(sources: Sources, side: Side, default_study: str) -> Estimate:
+    sample, reference, label = _sides(sources, side, default_study)
+    if min(p.value for p in sample + reference) <= 0:
+        raise Untestable(f"{side.metric} has zero values: no ratio")
+    est = estimate(sample, reference, label).estimate
+    return Estimate(est.ratio, est.ci_low, est.ci_high, min(est.n, est.n_baseline), "log",
+                    _fmt_ratio(est.ratio, est.ci_low, est.ci_high))
+
+
+def _ratio_of_ratios(sources: Sources, check: Check, default_study: str) -> Estimate:
+    if check.other is None:
+        raise ValueError(f"check {check.what!r}: ratio_of_ratios needs `other`")
+    first = _blocked(sources, check, default_study)
+    second = _blocked(sources, check.other, default_study)
+    if first.se is None or second.se is None or first.df is None or second.df is None:
+        return Estimate(first.ratio / second.ratio, None, None, min(first.n, second.n), "log",
+                        f"{first.ratio / second.ratio:.2f}× (one repetition: no interval)")
+    # Both share the baseline, so their errors correlate positively: adding variances overstates
+    # the spread, which makes the verdict conservative, never bolder.
+    log_r = math.log(first.ratio) - math.log(second.ratio)
+    se = math.hypot(first.se, second.se)
+    half = float(sps.t.ppf(0.975, max(min(first.df, second.df), 1.0))) * se
+    ratio, low, high = math.exp(log_r), math.exp(log_r - half), math.exp(log_r + half)
+    return Estimate(ratio, low, high, min(first.n, second.n), "log", _fmt_ratio(ratio, low, high))
+
+
+def _blocked(sources: Sources, side: Side, default_study: str) -> Any:
+    sample, reference, label = _sides(sources, side, default_study)
+    if min(p.value for p in sample + reference) <= 0:
+        raise Untestable(f"{side.metric} has zero values: no ratio")
+    return estimate(sample, reference, label).estimate
+
+
+def _t_interval(values: list[float]) -> tuple[float, float | None, float | None]:
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None, None
+    half = float(sps.t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def _value(sources: Sources, check: Check, default_study: str) -> Estimate:
+    groups, _ = sources.groups(check.study or default_study)
+    values = [p.value for p in _points(_group(groups, check.workload, check.platform, check.knobs),
+                                       check.metric, check.per)]
+    mean, low, high = _t_interval(values)
+    return Estimate(mean, low, high, len(values), "linear", _fmt_value(mean, low, high, check))
+
+
+def _difference(sample: list[float], reference: list[float]) -> tuple[float, float | None, float | None]:
+    diff = statistics.fmean(sample) - statistics.fmean(reference)
+    if len(sample) < 2 or len(reference) < 2:
+        return diff, None, None
+    va, vb = statistics.variance(sample) / len(sample), statistics.variance(reference) / len(reference)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return diff, diff, diff
+    df = (va + vb) ** 2 / ((va**2 / (len(sample) - 1) if va else 0) + (vb**2 / (len(reference) - 1) if vb else 0)
+                           or 1e-300)
+    half = float(sps.t.ppf(0.975, max(df, 1.0))) * se
+    return diff, diff - half, diff + half
+
+
+def _diff_estimate(sources: Sources, check: Check, default_study: str) -> Estimate:
+    sample, reference, _ = _sides(sources, check, default_study)
+    diff, low, high = _difference([p.value for p in sample], [p.value for p in reference])
+    return Estimate(diff, low, high, min(len(sample), len(reference)), "linear",
+                    _fmt_value(diff, low, high, check, signed=True))
+
+
+def _largest(sources: Sources, check: Check, default_study: str) -> CheckResult:
+    """``check.metric`` carries the largest added time of ``check.metrics`` (platform - reference)."""
+    expected = check.metric if isinstance(check.metric, str) else check.metric[0]
+    deltas = {}
+    for metric in check.metrics:
+        side = check.model_copy(update={"metric": metric, "per": None})
+        sample, reference, _ = _sides(sources, side, default_study)
+        deltas[metric] = _difference([p.value for p in sample], [p.value for p in reference])
+    if expected not in deltas:
+        raise ValueError(f"check {check.what!r}: {expected} is not among its metrics")
+    top = max(deltas, key=lambda m: deltas[m][0])
+    shown = "; ".join(f"{m.removeprefix('phase.')} {_fmt_value(*deltas[m], check, signed=True)}"
+                      for m in sorted(deltas, key=lambda m: -deltas[m][0]))
+    mine = deltas[expected]
+    others = [d for m, d in deltas.items() if m != expected]
+    if mine[1] is None or any(d[1] is None for d in others):
+        return CheckResult(check.what, INCONCLUSIVE, shown, "one repetition: no interval", None, mine[0])
+    if all(mine[1] > d[2] for d in others):  # type: ignore[operator]
+        return CheckResult(check.what, HOLDS, shown, f"{expected} adds the most, resolved", None, mine[0],
+                           mine[1], mine[2])
+    if any(d[1] > mine[2] for d in others):  # type: ignore[operator]
+        return CheckResult(check.what, FAILS, shown, f"{top} adds more than {expected}, resolved", None, mine[0],
+                           mine[1], mine[2])
+    return CheckResult(check.what, INCONCLUSIVE, shown, f"the added times overlap (largest: {top})", None,
+                       mine[0], mine[1], mine[2])
+
+
+def _nvmsim(sources: Sources, check: Check, default_study: str) -> CheckResult:
+    """The NVM flush layer's latency improvement per trace shape (workload), at the check's capacity."""
+    from isobench.nvmsim.devices import device
+    from isobench.nvmsim.from_store import cell_traces
+    from isobench.nvmsim.model import SimConfig
+    from isobench.nvmsim.run import compare
+
+    study = check.study or default_study
+    directory = sources.directories.get(study)
+    if directory is None or not Store.exists(directory):
+        raise Untestable(f"study {study} was not run")
+    traces = [t for t in cell_traces(directory) if len(t.trace)]
+    if not traces:
+        raise Untestable("no write-backs were captured (the ftrace probe recorded none)")
+    config = SimConfig(capacity=max(1, int(check.capacity_mib * 2**20 / 4096)))
+    by_shape: dict[str, list[float]] = defaultdict(list)
+    for item in traces:
+        result = compare(item.trace, config, device(check.nvm), device(check.slow))
+        by_shape[item.workload].append(result["improvement"])
+    expect = check.expectation
+    verdicts, parts = {}, []
+    for shape, values in sorted(by_shape.items()):
+        mean, low, high = _t_interval(values)
+        lo, hi = (low, high) if low is not None else (min(values), max(values))
+        verdicts[shape] = _decide(expect, mean, lo, hi, "linear", len(values))[0] if len(values) > 1 else (
+            HOLDS if all(_beyond(expect, v) for v in values) else FAILS)
+        parts.append(f"{shape} {mean:.0%}" + (f" ({lo:.0%}–{hi:.0%})" if len(values) > 1 else ""))
+    overall = statistics.fmean(v for vs in by_shape.values() for v in vs)
+    holds = [s for s, v in verdicts.items() if v == HOLDS]
+    fails = [s for s, v in verdicts.items() if v == FAILS]
+    shown = f"mean {overall:.0%}; " + ", ".join(parts)
+    if not fails and len(holds) == len(verdicts):
+        return CheckResult(check.what, HOLDS, shown, f"holds on every trace shape ({', '.join(holds)})", None, overall)
+    if fails:
+        where = f"holds on {', '.join(holds)}; " if holds else ""
+        return CheckResult(check.what, FAILS, shown, f"{where}does not on {', '.join(fails)} "
+                           f"(at {check.capacity_mib:g} MiB of {check.nvm})", None, overall)
+    return CheckResult(check.what, INCONCLUSIVE, shown, "the trace shapes' intervals straddle the threshold", None,
+                       overall)
+
+
+def _beyond(expect: Expectation, value: float) -> bool:
+    return value > expect.value if expect.op == ">" else value < expect.value
+
+
+def _bounds(expect: Expectation) -> tuple[float, float]:
+    return 1 / (1 + expect.value), 1 + expect.value
+
+
+def _decide(expect: Expectation, value: float, low: float | None, high: float | None, scale: str,
+            n: int) -> tuple[str, int | None]:
+    """The verdict of one interval against one expectation, and the repetitions that would settle it."""
+    if low is None or high is None:
+        return INCONCLUSIVE, None
+    if expect.op == ">":
+        verdict = HOLDS if low > expect.value else FAILS if high < expect.value else INCONCLUSIVE
+        targets = [expect.value]
+    elif expect.op == "<":
+        verdict = HOLDS if high < expect.value else FAILS if low > expect.value else INCONCLUSIVE
+        targets = [expect.value]
+    else:
+        lo_b, hi_b = _bounds(expect)
+        verdict = HOLDS if low >= lo_b and high <= hi_b else FAILS if low > hi_b or high < lo_b else INCONCLUSIVE
+        targets = [lo_b, hi_b]
+    if verdict != INCONCLUSIVE:
+        return verdict, None
+    return verdict, _repetitions(value, low, high, scale, n, targets)
+
+
+def _repetitions(value: float, low: float, high: float, scale: str, n: int, targets: list[float]) -> int | None:
+    def f(x: float) -> float:
+        return math.log(x) if scale == "log" else x
+
+    if scale == "log" and min(value, low, high, *targets) <= 0:
+        return None
+    half = (f(high) - f(low)) / 2
+    distance = min(abs(f(value) - f(t)) for t in targets)
+    if half <= 0 or distance <= 0 or n < 1:
+        return None
+    needed = math.ceil(n * (half / distance) ** 2)
+    return max(needed, n + 1) if needed <= MAX_REPETITIONS else None
+
+
+def evaluate_check(sources: Sources, check: Check, default_study: str, missing: dict[str, str]) -> CheckResult:
+    absent = [missing[need] for need in check.needs if need in missing]
+    if absent:
+        return CheckResult(check.what, UNTESTABLE, reason=absent[0])
+    if check.kind != "nvmsim" and not check.workload:
+        return CheckResult(check.what, UNTESTABLE, reason="this replication's studies do not measure it on this host")
+    try:
+        if check.kind == "largest":
+            return _largest(sources, check, default_study)
+        if check.kind == "nvmsim":
+            return _nvmsim(sources, check, default_study)
+        est = {"ratio": lambda: _ratio(sources, check, default_study),
+               "ratio_of_ratios": lambda: _ratio_of_ratios(sources, check, default_study),
+               "value": lambda: _value(sources, check, default_study),
+               "difference": lambda: _diff_estimate(sources, check, default_study)}[check.kind]()
+    except Untestable as exc:
+        return CheckResult(check.what, UNTESTABLE, reason=str(exc))
+    verdict, needed = _decide(check.expectation, est.value, est.low, est.high, est.scale, est.n)
+    reason = (f"expected {check.expectation.describe()}" if verdict != INCONCLUSIVE or est.low is not None
+              else "one repetition: no interval")
+    return CheckResult(check.what, verdict, est.shown, reason, needed, est.value, est.low, est.high, est.n)
+
+
+def evaluate_finding(sources: Sources, paper: PaperFindings, finding: Finding, missing: dict[str, str]) -> FindingResult:
+    """Combine the checks: all testable ones hold -> holds; one resolved the other way -> does
+    not hold; otherwise inconclusive. Untested parts are named in the reason."""
+    absent = [missing[need] for need in finding.needs if need in missing]
+    default_study = paper.studies[0] if paper.studies else ""
+    results = ([CheckResult(c.what, UNTESTABLE, reason=absent[0]) for c in finding.checks] if absent
+               else [evaluate_check(sources, c, default_study, missing) for c in finding.checks])
+    tested = [r for r in results if r.verdict != UNTESTABLE]
+    untested = [r for r in results if r.verdict == UNTESTABLE]
+    needed = None
+    if not tested:
+        verdict = UNTESTABLE
+        reason = absent[0] if absent else "; ".join(dict.fromkeys(r.reason for r in untested)) or "no checks"
+    elif any(r.verdict == FAILS for r in tested):
+        verdict = FAILS
+        reason = "; ".join(f"{r.what}: {r.reason}" for r in tested if r.verdict == FAILS)
+    elif all(r.verdict == HOLDS for r in tested):
+        verdict, reason = HOLDS, "every tested part holds"
+    else:
+        verdict = INCONCLUSIVE
+        open_parts = [r for r in tested if r.verdict == INCONCLUSIVE]
+        known = [r.repetitions_needed for r in open_parts if r.repetitions_needed]
+        needed = max(known) if known and len(known) == len(open_parts) else None
+        reason = "; ".join(f"{r.what}: {r.reason}" for r in open_parts)
+    if untested and tested:
+        reason += "; not tested here: " + "; ".join(f"{r.what} ({r.reason})" for r in untested)
+    here = "; ".join(f"{r.what}: {r.shown}" for r in tested if r.shown) or "—"
+    return FindingResult(paper.paper, finding.id, finding.source, finding.claim, finding.paper, finding.origin,
+                         verdict, here, reason, needed, results)
+
+
+def evaluate(paper: PaperFindings, directories: dict[str, Path], missing: dict[str, str]) -> list[FindingResult]:
+    """Every finding of ``paper``; ``directories`` maps study name -> its results directory,
+    ``missing`` maps each capability the host lacks -> why (see replicate/capabilities.py)."""
+    sources = Sources(directories)
+    return [evaluate_finding(sources, paper, f, missing) for f in paper.findings]
+
+
+def findings_for_study(study: str, directory: Path) -> list[FindingResult]:
+    """The findings a single study's store can speak to (for its report and ``summary --json``):
+    those of the paper that runs ``study`` whose checks read this study. The host's missing
+    capabilities come from ``capabilities.json`` that ``isobench replicate`` left beside the store."""
+    import json
+
+    from isobench.analysis.finding_spec import PAPERS, load_findings
+
+    for name in PAPERS:
+        paper = load_findings(name)
+        if study not in paper.studies:
+            continue
+        default = paper.studies[0]
+        mine = [f for f in paper.findings
+                if any((c.study or default) == study and (c.workload or c.kind == "nvmsim") for c in f.checks)]
+        try:
+            missing = json.loads((directory / "capabilities.json").read_text())
+        except (OSError, ValueError):
+            missing = {}
+        subset = paper.model_copy(update={"findings": mine})
+        return evaluate(subset, {study: directory}, missing if isinstance(missing, dict) else {})
+    return []
+
+
+def _num(x: float) -> str:
+    return f"{x:.3f}" if 0.001 <= abs(x) < 100 else f"{x:.3g}"
+
+
+def _fmt_ratio(ratio: float, low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return f"{_num(ratio)}× (one repetition: no interval)"
+    return f"{_num(ratio)}× ({_num(low)}–{_num(high)})"
+
+
+def _fmt_value(value: float, low: float | None, high: float | None, check: Check, signed: bool = False) -> str:
+    def f(x: float) -> str:
+        scaled = x * check.scale
+        text = f"{scaled:+.3g}" if signed else f"{scaled:.3g}"
+        return text + (f" {check.unit}" if check.unit else "")
+
+    if low is None or high is None:
+        return f"{f(value)} (one repetition: no interval)"
+    return f"{f(value)} ({f(low)} to {f(high)})"

@@ -1,0 +1,34 @@
+"""`isobench replicate`: run, test, print; the CLI's body, kept out of cli.py."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from isobench.console import err_console, print_json
+from isobench.replicate.document import _loadavg, cpu_times, write_markdown
+from isobench.replicate.run import replicate
+from isobench.report.findings_table import print_table, records
+from isobench.report.plaintext import markup
+
+
+def replicate_command(paper: str, out: Path, resume: bool, quick: bool, max_minutes: float | None,
+                      markdown: Path | None, as_json: bool, argv: list[str]) -> None:
+    from isobench.console import console
+
+    started_cpu, load_before = cpu_times(), _loadavg()
+    # progress goes to stderr so that stdout holds only the table (or the JSON)
+    runs = replicate(paper, out, resume, quick, max_minutes, err_console)
+    results = [r for run in runs for r in run.results]
+    if as_json:
+        print_json({"findings": records(results),
+                    "papers": [{"paper": r.paper, "seconds": round(r.seconds, 1), "missing": r.missing}
+                               for r in runs]})
+    else:
+        for run in runs:
+            print_table(run.results, console, f"{run.title} ({run.seconds / 60:.1f} min)")
+    if markdown is not None:
+        command = "isobench " + " ".join(shlex.quote(a) for a in argv[1:])
+        path = write_markdown(runs, markdown, command, started_cpu, load_before)
+        err_console.print(markup("written: {}", path))
+    err_console.print(markup("results: {} (isobench report {}/PAPER/STUDY)", out, out))

@@ -1,0 +1,165 @@
+"""Finding rules on a store with known values: one that holds, one that does not, one that is
+inconclusive, and ones that cannot be tested (a capability the host lacks, a metric not recorded)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from isobench.analysis.finding_spec import PAPERS, load_findings, parse_findings
+from isobench.analysis.findings import FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, evaluate
+from isobench.errors import UserError
+from isobench.replicate.capabilities import missing_capabilities
+from tests import report_store
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # docker: optimizer 3.4x, forward 1.02x, backward unchanged; docker-pinned: optimizer 1.1x with
+    # one outlier repetition (1.6x) that widens its interval
+    return report_store.build(tmp_path_factory.mktemp("known") / "out")
+
+
+def spec(checks: str, needs: str = "[]") -> str:
+    return f"""
+paper: test-paper
+title: a paper with known outcomes
+studies: [known]
+findings:
+  - id: T1
+    source: "test §1"
+    claim: "a claim"
+    paper: "a figure"
+    needs: {needs}
+    checks:
+{checks}
+"""
+
+
+def run(directory: Path, checks: str, needs: str = "[]", missing: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    paper = parse_findings(spec(checks, needs), "test.yaml")
+    return evaluate(paper, {"known": directory}, missing or {})[0]
+
+
+def test_a_finding_that_holds(known: Path) -> None:
+    result = run(known, """
+      - {what: optimizer slower, workload: lenet-train, platform: docker, metric: phase.optimizer, expect: "> 2.0"}
+      - {what: optimizer adds most, kind: largest, workload: lenet-train, platform: docker, metric: phase.optimizer,
+         metrics: [phase.forward, phase.backward, phase.optimizer], scale: 1000, unit: ms}
+""")
+    assert result.verdict == HOLDS, result.reason
+    first = result.checks[0]
+    assert first.ci_low is not None and 3.2 < first.ci_low < first.estimate < first.ci_high < 3.6  # type: ignore[operator]
+    assert "3.4" in first.shown and "optimizer" in result.checks[1].shown
+
+
+def test_a_finding_that_does_not_hold(known: Path) -> None:
+    result = run(known, """
+      - {what: optimizer slower, workload: lenet-train, platform: docker, metric: phase.optimizer, expect: "> 2.0"}
+      - {what: backward slower, workload: lenet-train, platform: docker, metric: phase.backward, expect: "> 1.5"}
+""")
+    assert result.verdict == FAILS
+    assert "backward slower" in result.reason and "optimizer" not in result.reason
+    # and a "largest" claim the data contradict: the forward pass does not add the most
+    largest = run(known, """
+      - {what: forward adds most, kind: largest, workload: lenet-train, platform: docker, metric: phase.forward,
+         metrics: [phase.forward, phase.optimizer]}
+""")
+    assert largest.verdict == FAILS and "optimizer adds more" in largest.reason.replace("phase.", "")
+
+
+def test_a_finding_that_is_inconclusive_says_how_many_repetitions(known: Path) -> None:
+    probe = run(known, """
+      - {what: pinned optimizer, workload: lenet-train, platform: docker-pinned, metric: phase.optimizer, expect: "> 0"}
+""").checks[0]
+    assert probe.ci_low is not None and probe.ci_high is not None
+    # a threshold inside the interval, a tenth of the way from the estimate to its upper end
+    threshold = probe.estimate + (probe.ci_high - probe.estimate) / 10  # type: ignore[operator]
+    result = run(known, f"""
+      - {{what: pinned optimizer, workload: lenet-train, platform: docker-pinned, metric: phase.optimizer,
+          expect: "> {threshold:.6f}"}}
+""")
+    assert result.verdict == INCONCLUSIVE
+    assert result.repetitions_needed is not None and result.repetitions_needed > probe.n
+    assert "repetitions would settle it" in result.verdict_words
+
+
+def test_equivalence_and_value_and_difference_rules(known: Path) -> None:
+    within = run(known, """
+      - {what: backward on par, workload: lenet-train, platform: docker, metric: phase.backward, expect: "within 0.03"}
+""")
+    assert within.verdict == HOLDS
+    outside = run(known, """
+      - {what: optimizer on par, workload: lenet-train, platform: docker, metric: phase.optimizer, expect: "within 0.03"}
+""")
+    assert outside.verdict == FAILS
+    # throttled periods / periods: 0.3 in every docker cell
+    share = run(known, """
+      - {what: throttled share, kind: value, workload: lenet-train, platform: docker,
+         metric: probe.cgroup.nr_throttled, per: probe.cgroup.nr_periods, expect: "> 0.25"}
+""")
+    assert share.verdict == HOLDS and share.checks[0].estimate == pytest.approx(0.3)
+    cycles = run(known, """
+      - {what: extra cycles, kind: difference, workload: lenet-train, platform: docker,
+         metric: probe.perf.cell.cycles, expect: "< 1.0e8", scale: 1.0e-9, unit: G}
+""")
+    assert cycles.verdict == FAILS and cycles.checks[0].estimate == pytest.approx(0.5e9, rel=0.05)
+
+
+def test_what_cannot_be_tested_says_why(known: Path) -> None:
+    no_gpu = {"gpu": "no GPU (no NVIDIA device or driver on this host)"}
+    whole = run(known, """
+      - {what: on the GPU, workload: lenet-train, platform: docker, expect: "> 1.0"}
+""", needs="[gpu]", missing=no_gpu)
+    assert whole.verdict == UNTESTABLE and whole.verdict_words == f"cannot be tested here: {no_gpu['gpu']}"
+    # one part untestable, the rest decides, and the reason names the part left out
+    part = run(known, """
+      - {what: optimizer slower, workload: lenet-train, platform: docker, metric: phase.optimizer, expect: "> 2.0"}
+      - {what: on the GPU, needs: [gpu]}
+""", missing=no_gpu)
+    assert part.verdict == HOLDS and "not tested here: on the GPU (no GPU" in part.reason
+    # the same rule on a host that has the capability is tested
+    assert run(known, """
+      - {what: optimizer slower, workload: lenet-train, platform: docker, metric: phase.optimizer, expect: "> 2.0"}
+""", needs="[gpu]").verdict == HOLDS
+    unrecorded = run(known, """
+      - {what: instructions, workload: lenet-train, platform: docker, metric: probe.perf.cell.instructions}
+""")
+    assert unrecorded.verdict == UNTESTABLE and "probe.perf.cell.instructions was not recorded" in unrecorded.reason
+    not_run = evaluate(parse_findings(spec("""
+      - {what: x, workload: lenet-train, platform: docker}
+"""), "t.yaml"), {}, {})[0]
+    assert not_run.verdict == UNTESTABLE and "was not run" in not_run.reason
+
+
+def test_this_hosts_missing_gpu_is_named() -> None:
+    missing = missing_capabilities({"gpu", "rapl"})
+    has_gpu = os.path.exists("/dev/nvidiactl")
+    assert ("gpu" in missing) == (not has_gpu)
+    assert ("rapl" in missing) == (not any(os.path.isdir(p) for p in ("/sys/class/powercap/intel-rapl",
+                                                                        "/sys/class/powercap/intel-rapl:0")))
+
+
+def test_every_builtin_paper_parses_and_names_its_studies() -> None:
+    from isobench.studyfile import builtin_studies
+
+    ids = set()
+    for name in PAPERS:
+        paper = load_findings(name)
+        assert paper.paper == name and set(paper.studies) <= set(builtin_studies())
+        assert set(paper.quick) <= set(paper.studies)
+        ids |= {f.id for f in paper.findings}
+    assert {f"F{i}" for i in range(1, 11)} <= ids
+
+
+def test_bad_findings_file_is_one_line_naming_the_field() -> None:
+    with pytest.raises(UserError) as err:
+        parse_findings(spec("""
+      - {what: x, workload: w, platform: p, expect: "about 2"}
+"""), "bad.yaml")
+    text = str(err.value)
+    assert "bad.yaml" in text and "expect" in text and "\n" not in text
+    with pytest.raises(UserError, match="unknown paper"):
+        load_findings("nobody-2020")
