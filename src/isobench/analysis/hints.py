@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from isobench.analysis import evidence as ev
 from isobench.analysis.compare import Comparison, phase_attribution
-from isobench.analysis.views import Context, fault_table_id, shared_library_share, writeback_series
+from isobench.analysis.views import Context
+from isobench.analysis.views.faults import fault_table_id, shared_library_share
+from isobench.analysis.views.writeback import writeback_series
 
 
 @dataclass
@@ -193,4 +195,3 @@ def hints(ctx: Context) -> list[Hint]:
 
 def _knobs(knobs: dict) -> str:  # type: ignore[type-arg]
     return ", ".join(f"{k}={v}" for k, v in sorted(knobs.items()) if k != "threads")
-
