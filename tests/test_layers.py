@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from isobench.analysis.layers import waterfalls
+from isobench.analysis.layer_ladder import waterfalls
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
 from isobench.store import Store

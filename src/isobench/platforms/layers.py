@@ -18,7 +18,7 @@ accounting), and adds one mechanism a container is made of:
   host's own view; the namespaces layer includes that namespace as well.
 
 Comparing each layer with ``baremetal`` and with a full runtime (docker, oci) gives the
-waterfall of :mod:`isobench.analysis.layers`.
+waterfall of :mod:`isobench.analysis.layer_ladder`.
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
         console.print(text, markup=False, highlight=False)
     print_fleet(store, comparisons, console)
     from isobench.analysis.interference import summary_lines as interference_lines
-    from isobench.analysis.layers import summary_lines as layer_lines
+    from isobench.analysis.layer_ladder import summary_lines as layer_lines
 
     for text in layer_lines(store) + interference_lines(store):
         console.print(text, markup=False, highlight=False)

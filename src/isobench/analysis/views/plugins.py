@@ -12,7 +12,7 @@ def plugin_views(ctx: Context) -> list[View]:
     import importlib
 
     views: list[View] = []
-    for module_name in ("isobench.analysis.layers", "isobench.analysis.interference"):
+    for module_name in ("isobench.analysis.layer_ladder", "isobench.analysis.interference"):
         try:
             module = importlib.import_module(module_name)
         except ImportError:
