@@ -195,3 +195,4 @@ def hints(ctx: Context) -> list[Hint]:
 
 def _knobs(knobs: dict) -> str:  # type: ignore[type-arg]
     return ", ".join(f"{k}={v}" for k, v in sorted(knobs.items()) if k != "threads")
+
