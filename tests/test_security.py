@@ -226,7 +226,7 @@ def test_a_planted_link_in_artifacts_is_not_written_through(tmp_path: Path) -> N
     import dataclasses
     import shutil
 
-    from isobench.platforms.artifacts import artifacts_dir_for
+    from isobench.platforms.artifact_dirs import artifacts_dir_for
     from isobench.runner.execute import run_cell
     from isobench.runner.study import prepare_data
 
@@ -269,7 +269,7 @@ def test_a_planted_link_in_artifacts_is_not_written_through(tmp_path: Path) -> N
 
 
 def test_a_consumer_refuses_a_linked_model_and_mounts_read_only(tmp_path: Path) -> None:
-    from isobench.platforms.artifacts import artifacts_dir_for, artifacts_mode
+    from isobench.platforms.artifact_dirs import artifacts_dir_for, artifacts_mode
     from isobench.workloads.artifacts import ArtifactError, load_model
     from isobench.workloads.channel import CellContext
 

@@ -183,7 +183,7 @@ class DockerBase(Platform):
             args += ["-v", f"{path}:{path}:ro"]
         args += data_args
         if cell.artifacts_dir:  # trained models leave the container as host files (a consumer's: read-only)
-            from isobench.platforms.artifacts import artifacts_mode
+            from isobench.platforms.artifact_dirs import artifacts_mode
 
             args += ["-v", f"{cell.artifacts_dir}:{cell.artifacts_dir}:{artifacts_mode(cell)}"]
         env = {"PYTHONUNBUFFERED": "1"} if self.entry.image else container_env()

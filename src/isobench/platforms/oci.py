@@ -77,7 +77,7 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
         mounts.append({"destination": path, "type": "bind", "source": path,
                        "options": ["rbind", "ro", "nosuid", "nodev"]})
     if cell.artifacts_dir:  # trained models leave the container as host files (a consumer's: read-only)
-        from isobench.platforms.artifacts import artifacts_mode
+        from isobench.platforms.artifact_dirs import artifacts_mode
 
         mounts.append({"destination": cell.artifacts_dir, "type": "bind", "source": cell.artifacts_dir,
                        "options": ["rbind", artifacts_mode(cell), "nosuid", "nodev"]})

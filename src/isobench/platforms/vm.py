@@ -164,7 +164,7 @@ class QemuPlatform(Platform):
 
     def guest_exports(self, cell: Cell) -> list[Export]:
         """What of the host the guest sees: the host mirror, the cell's mounts, its artifacts."""
-        from isobench.platforms.artifacts import artifacts_writable
+        from isobench.platforms.artifact_dirs import artifacts_writable
 
         read_only = list(cell.mounts)
         writable = cell.artifacts_dir if cell.artifacts_dir and artifacts_writable(cell) else None

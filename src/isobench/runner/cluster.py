@@ -172,7 +172,7 @@ class NodeAgent:
     def run(self, batch: list[Cell], artifacts_root: str) -> dict[str, Any]:
         """Run one unit (a cell, or a tenant group at once) as a local run would."""
         from isobench.liveness import runner_tag
-        from isobench.platforms.artifacts import artifacts_dir_for
+        from isobench.platforms.artifact_dirs import artifacts_dir_for
         from isobench.runner.hostknobs import applied_host_knobs
         from isobench.runner.study import prepare_data
         from isobench.runner.tenancy import run_group

@@ -22,7 +22,7 @@ from isobench.liveness import prune_stale_runner_locks, runner_tag
 from isobench.plan.cells import Cell, expand
 from isobench.plan.cores import core_layout
 from isobench.platforms import PLATFORMS, Platform
-from isobench.platforms.artifacts import artifacts_dir_for
+from isobench.platforms.artifact_dirs import artifacts_dir_for
 from isobench.platforms.cgroups import prune_empty
 from isobench.platforms.hostmirror import data_root
 from isobench.report.plaintext import Markup, markup
