@@ -150,7 +150,10 @@ def summary(directory: Path,
                   "ci_high", "n", "significant", "n_baseline", "p_value", "mean", "baseline_mean", "unit",
                   "method", "is_aa", "host", "p_holm", "verdict", "ci90_low", "ci90_high", "margin",
                   "repetitions_needed", "method_reason", "se_paired", "se_unpaired")
-        print_json([{k: c.as_dict()[k] for k in fields} for c in comparisons])
+        from isobench.analysis.findings import findings_for_study
+
+        findings = findings_for_study(store.meta("study_name") or "", directory)
+        print_json([{k: c.as_dict()[k] for k in fields} for c in comparisons] + [f.as_record() for f in findings])
         return
     print_summary(store, comparisons, console)
     if tables:

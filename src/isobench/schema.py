@@ -101,8 +101,37 @@ def summary_schema() -> dict[str, Any]:
             "version": SUMMARY_VERSION, "title": "isobench summary --json",
             "description": "The comparisons of a study, one record each, as `isobench summary --json` prints them.",
             "type": "array",
-            "items": _record("comparison", "A platform entry against the baseline, for one workload and metric.",
-                             fields)}
+            "items": {"oneOf": [
+                _record("comparison", "A platform entry against the baseline, for one workload and metric.", fields),
+                finding_record()]}}
+
+
+def finding_record() -> dict[str, Any]:
+    """A replication study's finding, tested on this store (analysis/findings.py); `summary --json` of a
+    built-in replication study and `isobench replicate --json` print these."""
+    check = _record("check", "One rule of the finding.", {
+        "what": _described(_STRING, "what the rule compares"),
+        "verdict": {"enum": ["holds", "does not hold", "inconclusive", "cannot be tested here"]},
+        "shown": _described(_STRING, "the estimate with its 95% interval, as shown"),
+        "reason": _described(_STRING, "why the verdict is what it is"),
+        "repetitions_needed": {"type": ["integer", "null"]},
+        "estimate": _OPTIONAL_NUMBER, "ci_low": _OPTIONAL_NUMBER, "ci_high": _OPTIONAL_NUMBER,
+        "n": {"type": "integer"}})
+    fields = {
+        "type": {"const": "finding"},
+        "paper": _described(_STRING, "the paper (park-bahn-2023, prashanthi-2023, samani-salehi, siddaramanna-john)"),
+        "id": _described(_STRING, "F1..F10 for the papers' findings, L1.. for literature rows"),
+        "source": _described(_STRING, "where the paper (or the literature) states it"),
+        "claim": _STRING, "paper_figure": _described(_STRING, "the paper's own figure"),
+        "origin": {"enum": ["paper", "literature"]},
+        "verdict": {"enum": ["holds", "does not hold", "inconclusive", "cannot be tested here"]},
+        "verdict_words": _described(_STRING, "the verdict as the table words it"),
+        "here": _described(_STRING, "this host's estimates with their 95% intervals"),
+        "reason": _STRING,
+        "repetitions_needed": {"type": ["integer", "null"]},
+        "checks": {"type": "array", "items": check},
+    }
+    return _record("finding", "A paper's finding re-tested on this host's results.", fields)
 
 
 SCHEMAS = {"export": export_schema, "summary": summary_schema}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from isobench.analysis import evidence as ev
@@ -52,6 +53,8 @@ class Analysis:
     fleet: list[FleetRow] = field(default_factory=list)
     #: store meta ``hosts``: host key -> {"labels": ..., "fingerprint": ...} (empty in older stores)
     hosts_meta: dict[str, Any] = field(default_factory=dict)
+    #: the study's results directory (None: an analysis not read from a store on disk)
+    directory: Path | None = None
 
 
 def advise(groups: list[Group], comparisons: list[Comparison], baseline_key: str, target: float) -> list[Advice]:
@@ -101,7 +104,8 @@ def analyse(store: Store, force: bool = False, target: float = 0.01, with_views:
                                              at_once=2 if study.schedule == "duet" else 1),
                               *filter(None, [core_sharing_warning(store.meta("cores"), store.cells())])],
                     hints=hints(ctx), advice=advise(groups, shown, baseline_key, target), failures=failures,
-                    adaptive=json.loads(adaptive_meta) if adaptive_meta else None, forced=force, shown=shown)
+                    adaptive=json.loads(adaptive_meta) if adaptive_meta else None, forced=force, shown=shown,
+                    directory=store.directory)
 
 
 def load_hosts_meta(store: Store) -> dict[str, Any]:

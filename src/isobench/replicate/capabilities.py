@@ -21,7 +21,7 @@ def _gpu() -> str | None:
 def _kvm() -> str | None:
     if not os.path.exists("/dev/kvm"):
         return "no KVM (/dev/kvm is absent)"
-    from isobench.platforms.vm import kvm_verdict
+    from isobench.platforms.kvm import kvm_verdict
 
     verdict = kvm_verdict()
     if verdict.works:

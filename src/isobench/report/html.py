@@ -161,6 +161,17 @@ def _target_link(analysis: Analysis, prefix: str) -> str:
     return f"<a href=\"#{esc(target)}\">{esc(target)}</a>" + ("" if measured else " (not measured in this run)")
 
 
+def findings_html(analysis: Analysis) -> str:
+    """The Replication section: a built-in replication study's findings, tested on this store."""
+    directory = analysis.directory
+    if directory is None:
+        return ""
+    from isobench.analysis.findings import findings_for_study
+    from isobench.report.findings_table import html_section
+
+    return html_section(findings_for_study(analysis.study.name, directory))
+
+
 def render_html(analysis: Analysis) -> str:
     study = analysis.study
     colours = figures.platform_colours([p.key for p in study.platforms])
@@ -189,6 +200,7 @@ def render_html(analysis: Analysis) -> str:
                         for text, target in rep["numbers"])  # type: ignore[union-attr]
         parts.append(f"<div class=\"box paper\"><b>Replication of {esc(rep['paper'])}.</b> Scaled down: "
                      f"{esc(rep['scale'])}. This run's counterparts of the paper's numbers:<ul>{items}</ul></div>")
+    parts.append(findings_html(analysis))
     parts.append("<h2>Comparisons with the baseline (E2E time per item)</h2>")
     parts.append(f"<p class=\"sub\">Ratio of geometric means over repetitions. Primary interval: Welch's t on log "
                  f"values; beside it a percentile bootstrap by repetition. p (Holm): Welch's p adjusted across the "
