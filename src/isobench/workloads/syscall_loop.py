@@ -1,0 +1,53 @@
+"""syscall-loop: raw system calls in a tight loop, the cost a sandbox adds to each kernel entry.
+
+``os.getppid()`` is a real system call every time (the C library caches no parent pid), cheap
+in the kernel, so the item's time is almost all the trip in and out: what gVisor's ptrace
+platform is known to multiply (literature row L2 of the replication tables).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from pydantic import Field
+
+from isobench.workloads import WORKLOADS
+from isobench.workloads.base import Workload, WorkloadParams
+from isobench.workloads.channel import CellContext
+from isobench.workloads.timing import PhaseClock
+
+
+class SyscallLoopParams(WorkloadParams):
+    iterations: int = Field(20, ge=1, le=100_000, description="timed items per cell")
+    calls: int = Field(2000, ge=1, le=10**8, description="getppid() system calls per item")
+    min_seconds: float = Field(0.0, ge=0, le=7 * 86400,
+                               description="go on until at least this long (whichever is longer)")
+
+
+@WORKLOADS.register("syscall-loop")
+class SyscallLoop(Workload):
+    description = "getppid() system calls in a tight loop (the cost of a kernel entry on each platform)"
+    item = "batch of calls"
+    phases = ("syscalls",)
+    Params = SyscallLoopParams
+
+    @classmethod
+    def estimate_s(cls, params: SyscallLoopParams) -> float:  # type: ignore[override]
+        return max(params.iterations * params.calls * 5e-7, params.min_seconds)
+
+    def run(self, params: SyscallLoopParams, ctx: CellContext) -> None:  # type: ignore[override]
+        getppid = os.getppid
+        calls = range(params.calls)
+        clock = PhaseClock()
+        ctx.start_run()
+        started = time.perf_counter()
+        done = 0
+        while done < params.iterations or time.perf_counter() - started < params.min_seconds:
+            clock.start()
+            for _ in calls:
+                getppid()
+            clock.lap("syscalls")
+            phases, e2e = clock.stop()
+            ctx.item(phases, e2e)
+            done += 1
