@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from isobench.report.plaintext import Markup, PlainConsole, plain
 
@@ -16,6 +18,9 @@ from isobench.report.plaintext import Markup, PlainConsole, plain
 # Plain consoles: a user's label or error text is never read as markup (report/plaintext.py).
 console = PlainConsole() if sys.stdout.isatty() else PlainConsole(width=160)
 err_console = PlainConsole(stderr=True)
+
+#: the --json option of a command that prints a table
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout instead of a table")]
 
 
 def text_of(value: object) -> str:
