@@ -148,8 +148,8 @@ def cell_tasks(host: Events | None, cell: Events | None, sampled: dict[int, int]
         if events is cell:
             tids.update(int(p) for p in np.unique(events.pid) if p > 0)
         born = events.event == CODE["task_newtask"]
-        for parent, child, flags in zip(events.pid[born].tolist(), events.a0[born].tolist(),
-                                        events.a1[born].tolist(), strict=True):
+        for parent, child, flags in zip(events.pid[born].tolist(), events.child_pid[born].tolist(),
+                                        events.clone_flags[born].tolist(), strict=True):
             if parent in tids:
                 tids.add(child)
                 tgid.setdefault(child, tgid.get(parent, parent) if flags & 0x10000 else child)  # CLONE_THREAD
@@ -168,8 +168,8 @@ def _calls(host: Events) -> tuple[list[dict[str, Any]], np.ndarray]:
                                host.time_s[idx].tolist(), strict=True):
         if code == CODE["writeback_start"]:
             current[pid] = len(calls)
-            calls.append({"time_s": t, "end_s": t, "pid": pid, "reason": int(host.a0[i]),
-                          "nr_pages": int(host.a1[i]), "sb_dev": int(host.a2[i]), "cell_inodes": 0})
+            calls.append({"time_s": t, "end_s": t, "pid": pid, "reason": int(host.wb_reason[i]),
+                          "nr_pages": int(host.wb_nr_pages[i]), "sb_dev": int(host.wb_sb_dev[i]), "cell_inodes": 0})
         elif code == CODE["writeback_written"]:
             if pid in current:
                 calls[current.pop(pid)]["end_s"] = t
@@ -200,10 +200,10 @@ def analyse(host: Events | None, cell: Events | None, sampled: dict[int, int],
 
     # pages the cell dirtied, and the calls that wrote its inodes
     dirty = host.of("writeback_dirty_folio") & in_cell
-    cell_inodes = {(int(d), int(i)) for d, i in zip(host.a2[dirty], host.a0[dirty], strict=True)}
+    cell_inodes = {(int(d), int(i)) for d, i in zip(host.inode_dev[dirty], host.ino[dirty], strict=True)}
     calls, inode_call = _calls(host)
     si = np.flatnonzero(host.event == CODE["writeback_single_inode"])
-    si_cell = np.array([(int(d), int(i)) in cell_inodes for d, i in zip(host.a2[si], host.a0[si], strict=True)],
+    si_cell = np.array([(int(d), int(i)) in cell_inodes for d, i in zip(host.inode_dev[si], host.ino[si], strict=True)],
                        dtype=bool) | in_cell[si]
     si_reason = np.array([calls[c]["reason"] if c >= 0 else (SYNC if in_cell[k] else -1)
                           for c, k in zip(inode_call.tolist(), si.tolist(), strict=True)], dtype=np.int8)
@@ -213,7 +213,7 @@ def analyse(host: Events | None, cell: Events | None, sampled: dict[int, int],
     # a write-back the cell asked for itself (fsync, sync_file_range) runs outside any call
     own = si[si_cell & (inode_call < 0) & in_cell[si]]
     cell_calls += [{"time_s": float(host.time_s[k]), "end_s": float(host.time_s[k]), "pid": int(host.pid[k]),
-                    "reason": SYNC, "nr_pages": int(host.a1[k]), "sb_dev": int(host.a2[k]), "cell_inodes": 1}
+                    "reason": SYNC, "nr_pages": int(host.page_index[k]), "sb_dev": int(host.inode_dev[k]), "cell_inodes": 1}
                    for k in own.tolist()]
     cell_calls.sort(key=lambda c: c["time_s"])
     by_reason = {name: 0 for name in ("background", "periodic", "sync")}
@@ -250,14 +250,14 @@ def _page_writebacks(host: Events, dirty: np.ndarray, si: np.ndarray, si_reason:
     """One row per dirtied folio that was written back during the trace: the nvmsim input."""
     d = np.flatnonzero(dirty)
     order: dict[tuple[int, int], int] = {}  # folio sizes, for the inodes the cell dirtied only
-    added = (host.event == CODE["mm_filemap_add_to_page_cache"]) & np.isin(host.a0, np.unique(host.a0[d]))
-    for ino, index, folio_order in zip(host.a0[added].tolist(), host.a1[added].tolist(), host.a3[added].tolist(),
+    added = (host.event == CODE["mm_filemap_add_to_page_cache"]) & np.isin(host.ino, np.unique(host.ino[d]))
+    for ino, index, folio_order in zip(host.ino[added].tolist(), host.page_index[added].tolist(), host.folio_order[added].tolist(),
                                        strict=True):
         order[(ino, index)] = folio_order
     flush_at = np.full(len(d), -1, dtype=np.int64)
     # group dirty folios and inode write-backs by (dev, inode) once, instead of a scan per inode
-    d_key = host.a2[d] * 1_000_003 + host.a0[d]
-    si_key = host.a2[si] * 1_000_003 + host.a0[si]
+    d_key = host.inode_dev[d] * 1_000_003 + host.ino[d]
+    si_key = host.inode_dev[si] * 1_000_003 + host.ino[si]
     d_sorted = np.argsort(d_key, kind="stable")
     si_sorted = np.argsort(si_key, kind="stable")
     keys, d_start = np.unique(d_key[d_sorted], return_index=True)
@@ -276,10 +276,10 @@ def _page_writebacks(host: Events, dirty: np.ndarray, si: np.ndarray, si_reason:
     d, flush = d[done], flush_at[done]
     reason_of = dict(zip(si.tolist(), si_reason.tolist(), strict=True))
     pages = np.array([1 << order.get((ino, index), 0) for ino, index in
-                      zip(host.a0[d].tolist(), host.a1[d].tolist(), strict=True)], dtype=np.int32)
+                      zip(host.ino[d].tolist(), host.page_index[d].tolist(), strict=True)], dtype=np.int32)
     result.series["writeback"] = {
-        "time_s": host.time_s[flush], "dirtied_s": host.time_s[d], "dev": host.a2[d], "ino": host.a0[d],
-        "index": host.a1[d], "pages": pages,
+        "time_s": host.time_s[flush], "dirtied_s": host.time_s[d], "dev": host.inode_dev[d], "ino": host.ino[d],
+        "index": host.page_index[d], "pages": pages,
         "reason": np.array([reason_of[k] for k in flush.tolist()], dtype=np.int8),
         "pid": host.pid[d], "tgid": np.array([tgid.get(int(p), int(p)) for p in host.pid[d]], dtype=np.int32),
         "flusher_pid": host.pid[flush]}
@@ -295,7 +295,7 @@ def _flusher_windows(host: Events, in_cell: np.ndarray, cell_inodes: set[tuple[i
     windows = []
     open_at: dict[int, tuple[int, int, float]] = {}
     for i, code, pid in zip(idx.tolist(), host.event[idx].tolist(), host.pid[idx].tolist(), strict=True):
-        key = (int(host.a2[i]), int(host.a0[i]))
+        key = (int(host.inode_dev[i]), int(host.ino[i]))
         if code == CODE["writeback_single_inode_start"]:
             open_at[pid] = (*key, float(host.time_s[i]))
         elif open_at.get(pid, (None, None))[:2] == key:
@@ -320,7 +320,7 @@ def _block(host: Events, in_cell: np.ndarray, windows: list[tuple[int, float, fl
         hi = int(np.searchsorted(bio_time, end, side="right"))
         window = bio_at[lo:hi]
         mine_bio[window[host.pid[window] == pid]] = True
-    key = host.a1 * 1_000_003 + host.a0
+    key = host.sector * 1_000_003 + host.block_dev
     submitted = kinds & ~host.of("block_rq_complete")
     mine = submitted & (in_cell | np.isin(key, key[mine_bio]))
     # completions run in whatever context the interrupt hit: match them to the cell's requests
@@ -328,17 +328,17 @@ def _block(host: Events, in_cell: np.ndarray, windows: list[tuple[int, float, fl
     complete = host.of("block_rq_complete") & np.isin(key, key[issued])
     mine |= complete
     idx = np.flatnonzero(mine)
-    result.series["block"] = {"time_s": host.time_s[idx], "event": host.event[idx], "dev": host.a0[idx],
-                              "sector": host.a1[idx], "nr_sector": host.a2[idx], "rwbs": host.a3[idx],
+    result.series["block"] = {"time_s": host.time_s[idx], "event": host.event[idx], "dev": host.block_dev[idx],
+                              "sector": host.sector[idx], "nr_sector": host.nr_sector[idx], "rwbs": host.rwbs[idx],
                               "pid": host.pid[idx]}
     inserts = mine & (host.event == CODE["block_rq_insert"])
     if not inserts.any():
         inserts = mine & (host.event == CODE["block_rq_issue"])
-    writes = inserts & (host.a3 & RWBS_BITS["W"] > 0)
-    reads = inserts & (host.a3 & RWBS_BITS["R"] > 0)
+    writes = inserts & (host.rwbs & RWBS_BITS["W"] > 0)
+    reads = inserts & (host.rwbs & RWBS_BITS["R"] > 0)
     result.metrics.append(("block_requests", int(inserts.sum()), "requests"))
-    result.metrics.append(("block_write_bytes", int(host.a2[writes].sum()) * 512, "bytes"))
-    result.metrics.append(("block_read_bytes", int(host.a2[reads].sum()) * 512, "bytes"))
+    result.metrics.append(("block_write_bytes", int(host.nr_sector[writes].sum()) * 512, "bytes"))
+    result.metrics.append(("block_read_bytes", int(host.nr_sector[reads].sum()) * 512, "bytes"))
     result.metrics.append(("block_merges", int((mine & host.of("block_bio_backmerge", "block_bio_frontmerge")).sum()),
                            "merges"))
     result.metrics.append(("block_completions", int(complete.sum()), "requests"))

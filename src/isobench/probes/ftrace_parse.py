@@ -60,6 +60,11 @@ def _name_hash(name: bytes) -> int:
 _HASHES = np.array([_name_hash(name.encode()) for name in EVENTS], dtype=np.uint64)
 
 
+def _slot(column: str, doc: str) -> property:
+    """A per-event name for one of the shared ``a0..a3`` columns."""
+    return property(lambda self: getattr(self, column), doc=doc)
+
+
 @dataclass
 class Events:
     """Parsed events as columns (equal-length numpy arrays)."""
@@ -85,7 +90,36 @@ class Events:
         return np.isin(self.event, [CODE[name] for name in names])
 
     def lost(self) -> int:
-        return int(self.a0[self.event == CODE["lost"]].sum())
+        return int(self.lost_count[self.event == CODE["lost"]].sum())
+
+    # The a0..a3 slots by what they hold for each event (the module docstring's table). Mask
+    # with ``of(...)`` first: elsewhere the same slot holds another event's field.
+    #: writeback_start / _written
+    wb_reason = _slot("a0", "write-back reason code (REASONS)")
+    wb_nr_pages = _slot("a1", "pages the write-back call was asked for")
+    wb_sb_dev = _slot("a2", "the superblock's device")
+    wb_sync_mode = _slot("a3", "WB_SYNC_NONE (0) or WB_SYNC_ALL (1)")
+    #: writeback_dirty_folio, writeback_single_inode(_start), mm_filemap_add_to_page_cache
+    ino = _slot("a0", "inode number")
+    page_index = _slot("a1", "page index in the file (writeback_single_inode: pages written, ``wrote``)")
+    inode_dev = _slot("a2", "the inode's device (the bdi's for the writeback events)")
+    folio_order = _slot("a3", "mm_filemap_add_to_page_cache: the folio's order (single_inode: writeback_index)")
+    #: block_rq_*, block_bio_*, block_*_buffer
+    block_dev = _slot("a0", "the request's device")
+    sector = _slot("a1", "first sector")
+    nr_sector = _slot("a2", "sectors (block_*_buffer: size in bytes)")
+    rwbs = _slot("a3", "rwbs letters as RWBS_BITS")
+    #: page_fault_user
+    fault_address = _slot("a0", "faulting address")
+    fault_ip = _slot("a1", "instruction pointer")
+    fault_error_code = _slot("a2", "the fault's error code")
+    #: sys_enter
+    syscall_nr = _slot("a0", "system call number")
+    #: task_newtask
+    child_pid = _slot("a0", "the new task's id")
+    clone_flags = _slot("a1", "the clone flags")
+    #: lost
+    lost_count = _slot("a0", "events the buffer dropped")
 
 
 def comm_at(raw: bytes | np.ndarray, offset: int) -> str:

@@ -82,8 +82,8 @@ class PageFaultProbe(Probe):
             events = parse_file(str(self.trace.cell.trace_file))
             _, tgid = cell_tasks(None, events, self.trace.sampler.tgid)
             faults = events.event == CODE["page_fault_user"]
-            result = rank(events.pid[faults], events.a1[faults], events.a0[faults], tgid, self.maps, self.comm,
-                          self.settings.symbol_files, self.settings.top)
+            result = rank(events.pid[faults], events.fault_ip[faults], events.fault_address[faults], tgid,
+                          self.maps, self.comm, self.settings.symbol_files, self.settings.top)
             result.info["lost"] = self.trace.lost()
             return result
         finally:

@@ -112,7 +112,7 @@ class SyscallProbe(Probe):
         assert self.trace and self.trace.cell
         self.trace.stop()
         events = parse_file(str(self.trace.cell.trace_file))
-        ids = events.a0[events.event == CODE["sys_enter"]]
+        ids = events.syscall_nr[events.event == CODE["sys_enter"]]
         numbers, counts = np.unique(ids, return_counts=True)
         return dict(zip(numbers.tolist(), counts.tolist(), strict=True))
 
