@@ -145,3 +145,17 @@ def test_moved_commands_keep_their_options() -> None:
                                          "--plot", "--json"))):
         text = run_cli(command, "--help", check=True).stdout
         assert all(option in text for option in options), (command, text)
+
+
+def test_run_json_keeps_stdout_for_the_records(tmp_path: Path, tiny_spin: dict) -> None:
+    need_root()
+    study = write_study(tmp_path / "s.yaml", {"name": "quiet", "workloads": [tiny_spin],
+                                              "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"}],
+                                              "repetitions": 2, "warmup": 0, "probes": {}})
+    out = tmp_path / "out"
+    result = run_cli("run", str(study), "--out", str(out), "--json", timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = json.loads(result.stdout)  # progress went to stderr
+    assert any(r.get("label") == "aa" and r.get("metric") == "e2e" for r in records)
+    assert f"results: {out}" in result.stderr
+    assert records == json.loads(run_cli("summary", str(out), "--json", check=True).stdout)

@@ -50,6 +50,8 @@ def run(ctx: typer.Context, study: StudyArg = None,
         allow_unauthenticated: Annotated[bool, typer.Option(
             "--allow-unauthenticated", help="with --ray: join a cluster that has no token authentication "
                                             "(anyone who reaches it runs code as root on its nodes)")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="progress on stderr, and at the end the records "
+                                                             "of `isobench summary --json` on stdout")] = False,
         ) -> None:
     """Run a study (or, with --script, your own script on bare metal and Docker) and print its result table."""
     from isobench.analysis.compare import compare
@@ -68,15 +70,20 @@ def run(ctx: typer.Context, study: StudyArg = None,
                         fix="see `isobench run --help`; script arguments need --script")
     else:
         text, name = (None, None) if (resume and study is None) else _read_study(study)
+    progress = err_console if as_json else console  # with --json, stdout holds only the records
     try:
         if ray is not None:
             from isobench.runner.cluster import run_study_on_ray
 
-            directory = run_study_on_ray(text, name, out, resume, console, ray, allow_unauthenticated)
+            directory = run_study_on_ray(text, name, out, resume, progress, ray, allow_unauthenticated)
         else:
-            directory = run_study(text, name, out, resume, console)
+            directory = run_study(text, name, out, resume, progress)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    if as_json:
+        summary(directory, as_json=True)
+        err_console.print(f"results: {directory} (isobench summary {directory})", markup=False, highlight=False)
+        return
     store = Store.open(directory)
     # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
     print_summary(store, [c for c in compare(store) if not c.emulated], console)
