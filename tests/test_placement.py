@@ -15,7 +15,7 @@ from isobench.hostinfo import host_cpus
 from isobench.plan import expand
 from isobench.plan.placement import host_knob_problems
 from isobench.runner.execute import platform_for, run_cell
-from isobench.runner.study import prepare_data
+from isobench.runner.setup import prepare_data
 from isobench.studyfile import load_study_text
 from tests.conftest import need_docker, need_root, run_cli, write_study
 

@@ -127,7 +127,7 @@ def _serve_cell(platform: str = "baremetal"):  # type: ignore[no-untyped-def]
     import dataclasses
 
     from isobench.plan import expand
-    from isobench.runner.study import prepare_data
+    from isobench.runner.setup import prepare_data
     from isobench.studyfile import load_study_text
 
     text = json.dumps({"name": "sec", "workloads": [{"name": "serve", "params": SERVE}],
@@ -228,7 +228,7 @@ def test_a_planted_link_in_artifacts_is_not_written_through(tmp_path: Path) -> N
 
     from isobench.platforms.artifact_dirs import artifacts_dir_for
     from isobench.runner.execute import run_cell
-    from isobench.runner.study import prepare_data
+    from isobench.runner.setup import prepare_data
 
     need_root()
     out = tmp_path / "out"

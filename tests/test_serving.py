@@ -17,7 +17,8 @@ from isobench.plan import expand
 from isobench.platforms import PLATFORMS
 from isobench.runner.drivers import percentile
 from isobench.runner.execute import platform_for, run_cell
-from isobench.runner.study import prepare_data, run_study
+from isobench.runner.setup import prepare_data
+from isobench.runner.study import run_study
 from isobench.study.model import PlatformEntry
 from isobench.studyfile import load_study_text
 from isobench.workloads.serving import parse_server_timing, server_timing_header

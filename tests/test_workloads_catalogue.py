@@ -19,7 +19,7 @@ import pytest
 from isobench.errors import UserError
 from isobench.plan import expand
 from isobench.runner.execute import platform_for, run_cell
-from isobench.runner.study import prepare_data
+from isobench.runner.setup import prepare_data
 from isobench.studyfile import load_study_text
 from isobench.workloads import WORKLOADS
 from isobench.workloads.datasets import (

@@ -98,7 +98,8 @@ def _doctor_repair(as_json: bool = False) -> None:
 
 
 def _doctor_cluster(address: str, as_json: bool = False) -> None:
-    from isobench.runner.cluster import class_labels, connect_with_auth, describe_nodes
+    from isobench.runner.nodes import class_labels
+    from isobench.runner.ray_cluster import connect_with_auth, describe_nodes
     from isobench.runner.rayauth import describe_mode
 
     ray, auth = connect_with_auth(address, allow_unauthenticated=True)  # shown below, not refused

@@ -5,36 +5,37 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import signal
 import socket
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from isobench.errors import UserError
-from isobench.fingerprint import host_fingerprint
-from isobench.liveness import prune_stale_runner_locks, runner_tag
+from isobench.liveness import runner_tag
 from isobench.plan.cells import Cell, expand
 from isobench.plan.cores import core_layout
 from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.artifact_dirs import artifacts_dir_for
-from isobench.platforms.cgroups import prune_empty
-from isobench.platforms.hostmirror import data_root
 from isobench.report.plaintext import Markup, markup
 from isobench.runner.adaptive import cells_to_run
-from isobench.runner.cluster import safe_host_key
 from isobench.runner.execute import CellOutcome
 from isobench.runner.harness import harness_on_its_cores
 from isobench.runner.hostknobs import applied_host_knobs
+from isobench.runner.nodes import safe_host_key
+from isobench.runner.setup import (
+    create_store,
+    open_store,
+    prepare_data,
+    sigterm_as_interrupt,
+    sweep_for,
+    tidy_up,
+    unavailable_knobs,
+)
 from isobench.runner.tenancy import run_group, tenant_batches
 from isobench.store import Store
-from isobench.study.model import Knobs, Study
-from isobench.studyfile import load_study_text
+from isobench.study.model import Study
 
 
 def check_platforms(study: Study, file: str) -> dict[str, Platform]:
@@ -46,45 +47,12 @@ def check_platforms(study: Study, file: str) -> dict[str, Platform]:
         if not availability.ok:
             raise UserError(f"{entry.name} cannot run on this host: {availability.reason}", file=file,
                             field=f"platforms[{index}]", fix="see `isobench doctor`, or drop this entry")
-        knobs = Knobs(**{k: v for k, v in {**study.knobs, **entry.knobs}.items() if not isinstance(v, list)})
-        wanted = set(knobs.as_dict()) | {k for k, v in {**study.knobs, **entry.knobs}.items()
-                                         if isinstance(v, list)}
-        for knob in sorted(wanted & set(availability.knobs_unavailable)):
+        for knob in unavailable_knobs(study, entry, availability):
             raise UserError(f"knob {knob!r} is unavailable here: {availability.knobs_unavailable[knob]}",
                             file=file, field=f"platforms[{index}].knobs.{knob}",
                             fix="see `isobench doctor`")
         platforms[entry.key] = platform
     return platforms
-
-
-def prepare_data(cells: list[Cell]) -> dict[str, str]:
-    """Generate each data set the cells need once, on the host, before any cell starts."""
-    from isobench.workloads import WORKLOADS
-
-    paths: dict[str, str] = {}
-    for cell in cells:
-        if cell.data_key is None or cell.data_key in paths:
-            continue
-        workload = WORKLOADS.get(cell.workload)
-        target = data_root() / cell.data_key
-        workload.prepare_data(workload.Params(**cell.params), target)
-        paths[cell.data_key] = str(target)
-    return paths
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Make SIGTERM (and SIGHUP) unwind like Ctrl-C, so every cleanup path runs."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def describe_layout(facts: dict[str, object]) -> str:
@@ -137,35 +105,6 @@ def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: St
             outcomes = run_group([_rerun_cell(c, attempt) for c in batch], together)
 
 
-def default_out_dir(study: Study) -> Path:
-    return Path("results") / f"{study.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def open_store(study_text: str | None, file: str | None, out: Path | None, resume: bool
-               ) -> tuple[Study, str, str, Path, Store | None]:
-    """Work out which study runs where; return the store only when resuming one."""
-    if resume:
-        if out is None:
-            raise UserError("--resume needs the study directory", field="--out",
-                            fix="pass --out DIR of the interrupted run")
-        if Store.exists(out):
-            store = Store.open(out)
-            stored_text = store.meta("study_yaml") or ""
-            stored_file = store.meta("study_file") or str(out)
-            if study_text is not None and study_text != stored_text:
-                raise UserError("the study file differs from the one this directory was started with",
-                                file=file, fix=f"resume without a study file, or use a new --out than {out}")
-            return load_study_text(stored_text, stored_file), stored_text, stored_file, out, store
-    if study_text is None or file is None:
-        raise UserError("no study given", fix="pass a study file")
-    study = load_study_text(study_text, file)
-    out = out or default_out_dir(study)
-    if Store.exists(out):
-        raise UserError("this directory already holds results", file=str(out),
-                        fix="add --resume to finish that study, or choose another --out")
-    return study, study_text, file, out, None
-
-
 def run_study(study_text: str | None, file: str | None, out: Path | None, resume: bool,
               console: Console) -> Path:
     study, study_text, file, out, store = open_store(study_text, file, out, resume)
@@ -177,28 +116,16 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
     if study.hosts is not None:
         console.print(Markup("[yellow]note:[/] the study's `hosts:` applies to cluster runs (`--ray ADDRESS`); "
                              "this local run ignores it"))
-    runner_tag()  # take this runner's liveness lock before looking for dead runners' leftovers
-    for platform_cls in {type(p) for p in platforms.values()}:
-        for removed in platform_cls.sweep_stale():
-            console.print(markup("[yellow]removed a leftover of an earlier run:[/] {}", removed))
-    from isobench.probes import PROBES  # probes leave tracefs instances and sysctls behind on kill -9
-
-    for _, probe_cls in PROBES:
-        for removed in probe_cls.sweep_stale():
-            console.print(markup("[yellow]removed a leftover of an earlier run:[/] {}", removed))
-    from isobench.hoststate import sweep_stale as sweep_host_state
-
-    for restored in sweep_host_state():  # cpufreq, sysctls, ... that a dead runner left changed
-        console.print(markup("[yellow]host state left by an earlier run:[/] {}", restored))
+    for kind, what in sweep_for(list(platforms.values())):
+        console.print(markup("[yellow]removed a leftover of an earlier run:[/] {}" if kind == "removed" else
+                             "[yellow]host state left by an earlier run:[/] {}", what))
 
     data_paths = prepare_data(todo)
     for platform in platforms.values():
         platform.prepare()
     if store is None:
-        fingerprint = host_fingerprint()
-        fingerprint["platforms"] = {key: {"display": p.display(), **p.fingerprint()}
-                                    for key, p in platforms.items()}
-        store = Store.create(out, study_text, study.name, file, fingerprint)
+        store = create_store(out, study, study_text, file, platforms={
+            key: {"display": p.display(), **p.fingerprint()} for key, p in platforms.items()})
     console.print(markup("study [bold]{}[/]: {} cells ({} already done, {} to run) -> {}", study.name, len(plan),
                          len(done), len(todo), out))
 
@@ -245,8 +172,7 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
         harness.close()
         for platform in platforms.values():
             platform.cleanup()
-        prune_empty(runner_tag())
-        prune_stale_runner_locks()
+        tidy_up()
         store.close()
     if failures:
         console.print(markup("[red]{} cell(s) failed[/]; `isobench summary {}` lists them", failures, out))
