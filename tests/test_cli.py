@@ -159,3 +159,18 @@ def test_run_json_keeps_stdout_for_the_records(tmp_path: Path, tiny_spin: dict) 
     assert any(r.get("label") == "aa" and r.get("metric") == "e2e" for r in records)
     assert f"results: {out}" in result.stderr
     assert records == json.loads(run_cli("summary", str(out), "--json", check=True).stdout)
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    from tests import report_store
+
+    store = report_store.build(tmp_path / "known")
+    for args in (("export", str(store), "-o", str(tmp_path / "no" / "such" / "x.jsonl")),
+                 ("report", str(store), "-o", str(tmp_path / "no" / "r.html")),
+                 ("export", str(store), "--format", "xml"), ("plan", "--bogus"), ("compare", str(store)),
+                 ("export", str(tmp_path / "nothing"))):
+        result = run_cli(*args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and result.stdout == "" and len(lines) == 1, (args, result.stderr)
+        assert lines[0].startswith("error: ") and "fix:" in lines[0] and "Traceback" not in lines[0], lines
+    assert not (tmp_path / "no").exists()

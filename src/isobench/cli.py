@@ -4,6 +4,7 @@ workloads | probes | baseload | nvmsim (doctor: runner/doctor.py; nvmsim: nvmsim
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -168,6 +169,15 @@ def summary(directory: Path,
         print_views(analyse(store), console)
 
 
+def _writing(path: Path, write: Callable[[], object]) -> None:
+    """Run ``write``; a file that cannot be written is bad input (one line, exit 2), not a traceback."""
+    try:
+        write()
+    except OSError as err:
+        raise UserError(f"cannot write: {err.strerror or err}", file=str(path), field="--output",
+                        fix="give a file in a directory that exists and that you may write") from None
+
+
 class ExportFormat(StrEnum):
     jsonl = "jsonl"
     csv = "csv"
@@ -194,7 +204,7 @@ def export(directory: Path,
         write(store, fmt.value, sys.stdout.buffer)
         return
     assert output is not None
-    do_export(store, fmt.value, output)
+    _writing(output, lambda: do_export(store, fmt.value, output))
     err_console.print(f"wrote {output}", markup=False, highlight=False)
 
 
@@ -234,7 +244,7 @@ def report(directory: Path,
 
         text = render_markdown(analysis)
     target = output or directory / f"report.{fmt.value}"
-    target.write_text(text)
+    _writing(target, lambda: target.write_text(text))
     err_console.print(f"wrote {target}", markup=False, highlight=False)
 
 
@@ -329,7 +339,17 @@ def baseload(seconds: Annotated[float, typer.Option(help="seconds to measure eac
 app.command()(nvmsim)  # nvmsim/cli.py
 
 
+def _usage_error(err: Exception) -> str:
+    """A command-line usage error (unknown option, bad value, missing argument) as one line."""
+    ctx = getattr(err, "ctx", None)
+    command = getattr(ctx, "command_path", None) or "isobench"
+    message = err.format_message() if hasattr(err, "format_message") else str(err)
+    return f"error: {' '.join(message.split())} (fix: see `{command} --help`)"
+
+
 def main() -> None:
+    import os
+
     try:
         # Without standalone mode click returns an Exit's code instead of raising it.
         code = app(standalone_mode=False)
@@ -341,13 +361,12 @@ def main() -> None:
         sys.exit(exit_.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(130)
-    except Exception as err:  # click usage errors
-        import click
-
-        if isinstance(err, click.ClickException):
-            err.show()
-            sys.exit(2)
-        raise
+    except BrokenPipeError:  # `isobench export DIR | head`: the reader has gone; stop quietly, as by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
+    except typer.TyperException as err:  # usage errors (typer's own click): unknown option, bad value
+        err_console.print(_usage_error(err), markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
