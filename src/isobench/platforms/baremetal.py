@@ -10,6 +10,7 @@ import os
 import platform as pyplatform
 import subprocess
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from isobench.hostinfo import cgroup_layout
@@ -40,6 +41,13 @@ def cgroups_writable() -> str | None:
     if os.geteuid() != 0 or not os.access(target, os.W_OK):
         return f"{target} is not writable (run as root)"
     return None
+
+
+@dataclass
+class CgroupLaunched(Launched):
+    """A host process and the cell's cgroup it runs in."""
+
+    cgroup: CellCgroup
 
 
 @PLATFORMS.register("baremetal")
@@ -92,14 +100,14 @@ class BareMetal(Platform):
         except BaseException:
             group.destroy()
             raise
-        return Launched(proc=proc, name=cell.cell_id, started=started, resources={"cgroup": group})
+        return CgroupLaunched(proc=proc, name=cell.cell_id, started=started, cgroup=group)
 
-    def probe_target(self, launched: Launched) -> ProbeTarget:
-        group: CellCgroup = launched.resources["cgroup"]
+    def probe_target(self, launched: CgroupLaunched) -> ProbeTarget:  # type: ignore[override]
+        group = launched.cgroup
         return ProbeTarget(platform=self.name, root_pid=launched.proc.pid, cgroups=dict(group.dirs))
 
-    def collect(self, launched: Launched) -> dict[str, Any]:
-        group: CellCgroup = launched.resources["cgroup"]
+    def collect(self, launched: CgroupLaunched) -> dict[str, Any]:  # type: ignore[override]
+        group = launched.cgroup
         info: dict[str, Any] = {"cgroup": group.relpath}
         memory = group.dirs.get("memory")
         if memory is not None:
@@ -111,9 +119,9 @@ class BareMetal(Platform):
                 pass
         return info
 
-    def cleanup_cell(self, launched: Launched) -> None:
+    def cleanup_cell(self, launched: CgroupLaunched) -> None:  # type: ignore[override]
         kill_process_group(launched.proc)
-        launched.resources["cgroup"].destroy()
+        launched.cgroup.destroy()
 
     @classmethod
     def sweep_stale(cls) -> list[str]:

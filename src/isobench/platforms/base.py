@@ -46,12 +46,12 @@ class Availability:
 
 @dataclass
 class Launched:
-    """A started cell: the process whose stdout carries records, and what to clean up."""
+    """A started cell: the process whose stdout carries records. A platform with more to clean up
+    subclasses it with typed fields (baremetal's cgroup, oci's bundle, vm's guest run)."""
 
     proc: subprocess.Popen[bytes]
     name: str
     started: float
-    resources: dict[str, Any] = field(default_factory=dict)
 
 
 class Platform(ABC):

@@ -32,8 +32,8 @@ from typing import Any, ClassVar
 from isobench.plan.cells import Cell
 from isobench.plan.placement import PLACEMENT_KNOBS
 from isobench.platforms import PLATFORMS
-from isobench.platforms.baremetal import BareMetal, cgroups_writable
-from isobench.platforms.base import Availability, Launched
+from isobench.platforms.baremetal import BareMetal, CgroupLaunched, cgroups_writable
+from isobench.platforms.base import Availability
 from isobench.platforms.hostmirror import cell_mounts
 from isobench.study.model import Knobs, PlatformEntry
 
@@ -112,7 +112,7 @@ class LayerPlatform(BareMetal):
         self.validate_knobs(cell.knobs)
         return Knobs(**cell.knobs)
 
-    def collect(self, launched: Launched) -> dict[str, Any]:
+    def collect(self, launched: CgroupLaunched) -> dict[str, Any]:  # type: ignore[override]
         return {**super().collect(launched), "layer": self.mechanism}
 
 

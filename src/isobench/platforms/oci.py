@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,14 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
     }
 
 
+@dataclass
+class OciLaunched(Launched):
+    """A container the runtime runs in the foreground, and the bundle made for it."""
+
+    bundle: Path
+    runtime: str
+
+
 @PLATFORMS.register("oci")
 class Oci(Platform):
     description = "an OCI runtime run directly on a generated bundle (runtime: runc, crun or runsc)"
@@ -198,14 +207,13 @@ class Oci(Platform):
         started = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
                                 start_new_session=True, cwd=bundle)
-        return Launched(proc=proc, name=container_id, started=started,
-                        resources={"bundle": bundle, "runtime": runtime})
+        return OciLaunched(proc=proc, name=container_id, started=started, bundle=bundle, runtime=runtime)
 
-    def probe_target(self, launched: Launched) -> ProbeTarget:
+    def probe_target(self, launched: OciLaunched) -> ProbeTarget:  # type: ignore[override]
         """The container's init pid (from the runtime's state, polled briefly) and its cgroups; the
         runtime's own foreground processes are the engine."""
         def running() -> int | None:
-            out = subprocess.run(runtime_argv(launched.resources["runtime"], "state", launched.name),
+            out = subprocess.run(runtime_argv(launched.runtime, "state", launched.name),
                                  capture_output=True, text=True, timeout=30)
             try:
                 pid = int(json.loads(out.stdout).get("pid") or 0) if out.returncode == 0 else 0
@@ -221,8 +229,8 @@ class Oci(Platform):
         target.engine_pids = launcher_pids(launched.proc.pid, set(target.pids()))
         return target
 
-    def collect(self, launched: Launched) -> dict[str, Any]:
-        return {"container_id": launched.name, "runtime": launched.resources["runtime"]}
+    def collect(self, launched: OciLaunched) -> dict[str, Any]:  # type: ignore[override]
+        return {"container_id": launched.name, "runtime": launched.runtime}
 
     def network_mode(self, cell: Cell) -> str:
         if cell.network and self.runtime() == "runsc":
@@ -230,8 +238,8 @@ class Oci(Platform):
                                "serve on oci/runc, oci/crun, docker or baremetal")
         return "host" if cell.network else "none"
 
-    def cleanup_cell(self, launched: Launched) -> None:
-        runtime = launched.resources["runtime"]
+    def cleanup_cell(self, launched: OciLaunched) -> None:  # type: ignore[override]
+        runtime = launched.runtime
         if launched.proc.poll() is None:
             subprocess.run(runtime_argv(runtime, "kill", launched.name, "KILL"), capture_output=True,
                            timeout=30)
@@ -240,7 +248,7 @@ class Oci(Platform):
             except subprocess.TimeoutExpired:
                 kill_process_group(launched.proc)
         remove_container(runtime, launched.name)
-        shutil.rmtree(launched.resources["bundle"], ignore_errors=True)
+        shutil.rmtree(launched.bundle, ignore_errors=True)
         prune_empty(runner_tag())
 
     @classmethod

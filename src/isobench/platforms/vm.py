@@ -50,6 +50,18 @@ def doctor_lines() -> list[str]:
 
 # -- the platforms ---------------------------------------------------------------------------
 
+@dataclasses.dataclass
+class GuestLaunched(Launched):
+    """A guest: QEMU's run, the machine and image it booted, where its console tail goes."""
+
+    run: GuestRun
+    machine: QemuMachine
+    image: GuestImage
+    stderr: Any = None
+    #: QEMU's exit status has been turned into the guest job's (see ``_settle``)
+    settled: bool = False
+
+
 class QemuPlatform(Platform):
     """What vm, microvm and vm-container share: sizing, acceleration, launch and cleanup."""
 
@@ -193,20 +205,18 @@ class QemuPlatform(Platform):
             group.destroy()
             shutil.rmtree(STATE_ROOT / name, ignore_errors=True)
             raise
-        return Launched(proc=run.proc, name=name, started=run.started,
-                        resources={"run": run, "machine": machine, "stderr": stderr, "image": image})
+        return GuestLaunched(proc=run.proc, name=name, started=run.started, run=run, machine=machine,
+                             image=image, stderr=stderr)
 
-    def probe_target(self, launched: Launched) -> Any:
+    def probe_target(self, launched: GuestLaunched) -> Any:  # type: ignore[override]
         from isobench.target import ProbeTarget
 
-        run: GuestRun = launched.resources["run"]
+        run = launched.run
         return ProbeTarget(platform=self.name, root_pid=run.proc.pid,
                            cgroups=dict(run.cgroup.dirs) if run.cgroup else {})
 
-    def collect(self, launched: Launched) -> dict[str, Any]:
-        run: GuestRun = launched.resources["run"]
-        machine: QemuMachine = launched.resources["machine"]
-        image: GuestImage = launched.resources["image"]
+    def collect(self, launched: GuestLaunched) -> dict[str, Any]:  # type: ignore[override]
+        run, machine, image = launched.run, launched.machine, launched.image
         self._settle(launched)
         monitor = run.monitor
         info: dict[str, Any] = {
@@ -225,19 +235,19 @@ class QemuPlatform(Platform):
         }
         return info
 
-    def _settle(self, launched: Launched) -> None:
+    def _settle(self, launched: GuestLaunched) -> None:
         """Once QEMU has ended: its status becomes the guest job's exit status."""
-        run: GuestRun = launched.resources["run"]
-        if run.proc.poll() is None or launched.resources.get("settled"):
+        run = launched.run
+        if run.proc.poll() is None or launched.settled:
             return
-        launched.resources["settled"] = True
+        launched.settled = True
         run.monitor.stop()
         if run.proc.returncode == 0:
             # QEMU exits 0 whenever the guest powers off; what counts is the worker's status.
             run.proc.returncode = run.monitor.exit_status if run.monitor.exit_status is not None else 255
 
-    def cleanup_cell(self, launched: Launched) -> None:
-        run: GuestRun = launched.resources["run"]
+    def cleanup_cell(self, launched: GuestLaunched) -> None:  # type: ignore[override]
+        run = launched.run
         console = run.state / "console.log"
         run_was_alive = run.proc.poll() is None
         run.end_process()  # a guest still running here hit the timeout or an interrupt
@@ -246,7 +256,7 @@ class QemuPlatform(Platform):
         with contextlib.suppress(OSError):
             tail = console.read_bytes()[-3000:].decode(errors="replace")
         run.kill()
-        stderr = launched.resources.get("stderr")
+        stderr = launched.stderr
         if run.monitor.exit_status not in (None, 0) or run_was_alive or run.proc.returncode not in (0, None):
             status = run.monitor.exit_status
             message = run.monitor.exit_message or (
@@ -359,5 +369,5 @@ class VmContainer(QemuPlatform):
                   "--bundle /run/isobench-bundle isobench-cell"]
         return script, {"config.json": json.dumps(config, indent=1)}
 
-    def collect(self, launched: Launched) -> dict[str, Any]:
+    def collect(self, launched: GuestLaunched) -> dict[str, Any]:  # type: ignore[override]
         return {**super().collect(launched), "runtime": self.runtime()}
