@@ -246,6 +246,10 @@ def test_doctor_shows_each_nodes_capabilities(cluster: LocalCluster) -> None:
         assert host in result.stdout
     assert "docker/runc" in result.stdout and "rack=a" in result.stdout
     assert "authentication: token" in result.stdout
+    as_json = json.loads(run_cli("doctor", "--ray", cluster.address, "--json", check=True).stdout)
+    assert sorted(n["host"] for n in as_json["nodes"]) == sorted(HOSTS)
+    assert "authentication: token" in as_json["authentication"]
+    assert all("docker/runc" in n["platforms"] for n in as_json["nodes"])
 
 
 def _head(study: Path, address: str, out: Path) -> subprocess.Popen[str]:
