@@ -1,5 +1,8 @@
-"""The command line: isobench run | plan | summary | export | report | compare | doctor | platforms |
-workloads | probes | baseload | nvmsim (doctor: runner/doctor.py; nvmsim: nvmsim/cli.py)."""
+"""The command line: isobench run | plan | summary | export | schema | report | compare | doctor |
+replicate | platforms | workloads | probes | baseload | nvmsim. Commands that live elsewhere and
+are registered here: doctor (runner/doctor.py), the listings (listings.py), nvmsim (nvmsim/cli.py).
+Tables and records go to stdout, progress and notes to stderr (console.py); bad input is one
+line with its fix and exit 2, a tripped `compare --fail-if` exit 1."""
 
 from __future__ import annotations
 
@@ -111,7 +114,7 @@ def plan(study: StudyArg = None, as_json: JsonOpt = False) -> None:
         workload = WORKLOADS.get(cell.workload)
         estimate = workload.estimate_s(workload.Params(**cell.params)) + \
             PLATFORMS.get(cell.platform).startup_estimate_s
-        pair = cell.extra.get("duet_pair")
+        pair = cell.duet.pair if cell.duet else None
         if pair:  # a duet pair's two cells run at once: the pair takes as long as its slower cell
             total += max(0.0, estimate - pair_time.get(pair, 0.0))
             pair_time[pair] = max(estimate, pair_time.get(pair, 0.0))
@@ -195,17 +198,16 @@ def export(directory: Path,
     from isobench.report.export import write
     from isobench.store import Store
 
-    to_stdout = output is None or str(output) == "-"
-    if to_stdout and fmt is ExportFormat.parquet and sys.stdout.isatty():
+    target = None if output is None or str(output) == "-" else output  # None: stdout
+    if target is None and fmt is ExportFormat.parquet and sys.stdout.isatty():
         raise UserError("parquet is binary and stdout is a terminal", field="--format parquet",
                         fix="give -o FILE, or pipe stdout into a file or another tool")
     store = Store.open(directory)
-    if to_stdout:
+    if target is None:
         write(store, fmt.value, sys.stdout.buffer)
         return
-    assert output is not None
-    _writing(output, lambda: do_export(store, fmt.value, output))
-    err_console.print(f"wrote {output}", markup=False, highlight=False)
+    _writing(target, lambda: do_export(store, fmt.value, target))
+    err_console.print(f"wrote {target}", markup=False, highlight=False)
 
 
 @app.command("schema")

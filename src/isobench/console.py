@@ -17,7 +17,9 @@ from isobench.report.plaintext import Markup, PlainConsole, plain
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns: give them room.
 # Plain consoles: a user's label or error text is never read as markup (report/plaintext.py).
 console = PlainConsole() if sys.stdout.isatty() else PlainConsole(width=160)
-err_console = PlainConsole(stderr=True)
+# Notes and errors stay one line each (soft wrap: a long path is not broken where grep would miss it).
+err_console = PlainConsole(stderr=True, soft_wrap=True) if sys.stderr.isatty() else \
+    PlainConsole(stderr=True, soft_wrap=True, width=160)
 
 #: the --json option of a command that prints a table
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON on stdout instead of a table")]
