@@ -114,18 +114,18 @@ def test_duet_plan_pairs_each_entry_with_its_own_baseline_cell_and_swaps_sides()
     assert len(cells) == 4 * 2 * 2  # rounds x compared entries x two cells a pair
     pairs: dict[str, list] = {}
     for cell in cells:
-        pairs.setdefault(cell.extra["duet_pair"], []).append(cell)
+        pairs.setdefault(cell.duet.pair, []).append(cell)
     for members in pairs.values():
         assert len(members) == 2 and abs(members[0].seq - members[1].seq) == 1  # adjacent in the plan
         keys = {m.platform_key for m in members}
         assert "baremetal" in keys and len(keys) == 2
-        assert {m.extra["duet_side"] for m in members} == {0, 1}
+        assert {m.duet.side for m in members} == {0, 1}
         if len(host_cpus()) >= 2:
             assert members[0].cores != members[1].cores
     # each compared entry's baseline side alternates from round to round
     for key in ("aa", "b"):
-        sides = [c.extra["duet_side"] for c in cells if c.platform_key == "baremetal"
-                 and c.extra["duet_partner"] == key]
+        sides = [c.duet.side for c in cells if c.platform_key == "baremetal"
+                 and c.duet.partner == key]
         assert sides == [sides[0], 1 - sides[0]] * 2, sides
     assert len({c.cell_id for c in cells}) == len(cells)
 

@@ -93,12 +93,12 @@ def test_plan_keeps_groups_whole_and_mixed_groups_list_their_workloads() -> None
     assert [c.seq for c in cells] == list(range(len(cells)))
     groups: dict[str, list] = {}
     for cell in cells:
-        if cell.extra.get("tenant_group"):
-            groups.setdefault(cell.extra["tenant_group"], []).append(cell)
+        if cell.tenant:
+            groups.setdefault(cell.tenant.group, []).append(cell)
     assert len(groups) == 3  # one mixed group per round (1 warm-up + 2 measured)
     for members in groups.values():
         assert [m.workload_key for m in members] == ["big", "cpu-spin", "big"]
-        assert [m.extra["tenant"] for m in members] == [0, 1, 2]
+        assert [m.tenant.index for m in members] == [0, 1, 2]
         seqs = [m.seq for m in members]
         assert seqs == list(range(seqs[0], seqs[0] + 3))  # contiguous: started and stored together
         assert len({m.cell_id for m in members}) == 3

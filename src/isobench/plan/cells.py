@@ -25,6 +25,29 @@ def _canonical(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class DuetInfo:
+    """A cell's place in a duet pair (plan/duet.py): its two cells start behind one barrier."""
+
+    #: the pair's id: its round and compared group
+    pair: str
+    #: the compared group the pair measures (the adaptive schedule follows it)
+    group: str
+    #: which side of the core layout the cell takes (0 or 1; swapped every round)
+    side: int
+    #: the other member's platform entry
+    partner: str
+
+
+@dataclass(frozen=True)
+class TenantInfo:
+    """A cell's place in a tenant group (plan/tenants.py): N cells started together."""
+
+    index: int
+    count: int
+    group: str
+
+
+@dataclass(frozen=True)
 class Cell:
     """Everything needed to run one cell: running it depends on nothing else."""
 
@@ -44,7 +67,13 @@ class Cell:
     timeout_s: float
     data_key: str | None = None
     data_dir: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: set on the two cells of a duet pair
+    duet: DuetInfo | None = None
+    #: set on the members of a tenant group
+    tenant: TenantInfo | None = None
+    #: times the cluster re-ran this cell's unit after losing its node, and the last node lost
+    reruns: int = 0
+    lost_on: str | None = None
     #: probe name -> settings, attached around this cell on the host (not part of the cell id)
     probes: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the host reaches a port in the cell (serving): the platform gives it a network
@@ -80,7 +109,9 @@ class Cell:
 
     @classmethod
     def from_json(cls, text: str) -> Cell:
-        return cls(**json.loads(text))
+        fields = json.loads(text)
+        duet, tenant = fields.pop("duet", None), fields.pop("tenant", None)
+        return cls(**fields, duet=DuetInfo(**duet) if duet else None, tenant=TenantInfo(**tenant) if tenant else None)
 
     def worker_payload(self) -> dict[str, Any]:
         """What the worker inside the platform needs (no host-only details)."""

@@ -66,7 +66,7 @@ def assign_cores(study: Study, cells: list[Cell]) -> list[Cell]:
         return cells
     placed = []
     for cell in cells:
-        side = int(cell.extra.get("duet_side", 0)) % len(layout.sides)
+        side = (cell.duet.side if cell.duet else 0) % len(layout.sides)
         quota = cell.knobs.get("cpus")
         if any(cell.knobs.get(k) is not None for k in CORE_KNOBS) or (quota is not None
                                                                        and quota > len(layout.sides[side])):

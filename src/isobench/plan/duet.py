@@ -7,9 +7,8 @@ every compared group, one pair: that group's cell and a baseline cell of its own
 ``<baseline group>/<round>/duet-<entry>``). The two cells run on disjoint core sets
 (plan/cores.py) and swap sides every round, so a side's own speed cancels out as well.
 
-Pair members carry ``duet_pair`` (the pair's id), ``duet_side`` (0 or 1), ``duet_partner``
-(the other member's platform entry) and ``duet_group`` (the compared group) in
-``Cell.extra``; they stay next to each other in the plan and start behind one barrier
+Pair members carry a ``Cell.duet`` (:class:`~isobench.plan.cells.DuetInfo`: the pair's id,
+the compared group, the side (0 or 1) and the other member's platform entry); they stay next to each other in the plan and start behind one barrier
 (runner/duet.py).
 """
 
@@ -40,6 +39,8 @@ def _baseline_for(cell: Cell, baselines: list[Cell]) -> Cell | None:
 
 def pair_for_duet(study: Study, cells: list[Cell]) -> list[Cell]:
     """Replace each round's cells by baseline/compared pairs (plan order kept, seq renumbered)."""
+    from isobench.plan.cells import DuetInfo
+
     baseline = study.baseline
     rounds: dict[str, list[Cell]] = {}
     for cell in cells:
@@ -61,12 +62,9 @@ def pair_for_duet(study: Study, cells: list[Cell]) -> list[Cell]:
             used.add(base.cell_id)
             pair = f"{tag}:{cell.group}"
             base_side = (cell.rep + index[cell.group]) % 2
-            common = {"duet_pair": pair, "duet_group": cell.group}
             paired.append(replace(base, cell_id=f"{base.cell_id}/duet-{cell.platform_key}",
-                                  extra={**base.extra, **common, "duet_side": base_side,
-                                         "duet_partner": cell.platform_key}))
-            paired.append(replace(cell, extra={**cell.extra, **common, "duet_side": 1 - base_side,
-                                               "duet_partner": base.platform_key}))
+                                  duet=DuetInfo(pair, cell.group, base_side, cell.platform_key)))
+            paired.append(replace(cell, duet=DuetInfo(pair, cell.group, 1 - base_side, base.platform_key)))
         paired.extend(c for c in baselines if c.cell_id not in used and not any(
             c2.platform_key != baseline and _variant(c2) == _variant(c) for c2 in members))
     return [replace(cell, seq=seq) for seq, cell in enumerate(paired)]

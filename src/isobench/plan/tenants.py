@@ -4,7 +4,7 @@
 group of N cells with the same workload; ``tenants: [a, b, b]`` (workload keys) makes one
 group per round of one cell per listed workload (mixed tenants). Members get the id of
 the cell they replace plus ``/t<i>`` and carry ``tenant``, ``tenants`` and
-``tenant_group`` in ``Cell.extra``; they stay next to each other in the plan, so the
+a ``Cell.tenant`` (:class:`~isobench.plan.cells.TenantInfo`); they stay next to each other in the plan, so the
 runner can start them together and store them in one transaction.
 """
 
@@ -52,8 +52,10 @@ def _knob_digest(cell: Cell) -> str:
 
 
 def _member(cell: Cell, index: int, count: int, group: str) -> Cell:
+    from isobench.plan.cells import TenantInfo
+
     return replace(cell, cell_id=f"{cell.cell_id}/t{index}",
-                   extra={**cell.extra, "tenant": index, "tenants": count, "tenant_group": group})
+                   tenant=TenantInfo(index, count, group))
 
 
 def assign_tenants(study: Study, cells: list[Cell]) -> list[Cell]:

@@ -182,12 +182,12 @@ def _round(cells: list[Cell], rep: int, active: set[str]) -> list[Cell]:
     """Round ``rep``'s cells of the active groups; a tenant group (cells started together) stays
     whole, and a duet pair runs when its compared group is active (its baseline cell with it)."""
     round_cells = [c for c in cells if c.rep == rep and not c.warmup]
-    tenant_groups = {c.extra.get("tenant_group") for c in round_cells if c.group in active} - {None}
+    tenant_groups = {c.tenant.group for c in round_cells if c.group in active and c.tenant}
 
     def wanted(c: Cell) -> bool:
-        if c.extra.get("duet_pair"):
-            return c.extra.get("duet_group") in active
-        return c.group in active or c.extra.get("tenant_group") in tenant_groups
+        if c.duet:
+            return c.duet.group in active
+        return c.group in active or (c.tenant is not None and c.tenant.group in tenant_groups)
 
     return [c for c in round_cells if wanted(c)]
 

@@ -262,8 +262,8 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
                     info = outcome.platform_info.setdefault("ray", {})
                     info.update(host_key=node.host, head_s=head_s,
                                 overhead_s=max(0.0, head_s - result["agent_s"]))
-                    if outcome.cell.extra.get("reruns"):
-                        info.update(reruns=outcome.cell.extra["reruns"], lost_on=outcome.cell.extra.get("lost_on"))
+                    if outcome.cell.reruns:
+                        info.update(reruns=outcome.cell.reruns, lost_on=outcome.cell.lost_on)
                 record(result["outcomes"], result["display"])
         for unit in scheduler.stranded_rounds():
             gone = ", ".join(n.host for n in nodes if not n.alive)

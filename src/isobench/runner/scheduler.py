@@ -92,7 +92,7 @@ class Scheduler:
         for unit in units:
             if not self._pending(unit):
                 continue
-            reruns = int(unit[0].extra.get("reruns", 0))
+            reruns = unit[0].reruns
             alike = [n for n in self.nodes if n.alive and n.kind == lost.kind and n.can_run(unit)]
             if not alike or reruns >= MAX_RERUNS:
                 reason = (f"{why}; tried {reruns + 1} times" if alike else
@@ -100,7 +100,7 @@ class Scheduler:
                 stranded.append((unit, reason))
                 continue
             target = min(alike, key=lambda n: (len(n.queue) + len(n.running)))
-            again = [dataclasses.replace(c, extra={**c.extra, "reruns": reruns + 1, "lost_on": lost.host})
+            again = [dataclasses.replace(c, reruns=reruns + 1, lost_on=lost.host)
                      for c in unit]
             target.queue.appendleft(again)
         return stranded

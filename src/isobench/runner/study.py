@@ -72,11 +72,10 @@ def _stamp(outcomes: list[CellOutcome]) -> None:
 
 
 def _rerun_cell(cell: Cell, attempt: int) -> Cell:
-    extra = dict(cell.extra)
-    for key in ("duet_pair", "tenant_group"):
-        if extra.get(key):
-            extra[key] = f"{extra[key]}+rerun{attempt}"
-    return dataclasses.replace(cell, cell_id=f"{cell.cell_id}+rerun{attempt}", extra=extra)
+    suffix = f"+rerun{attempt}"
+    duet = dataclasses.replace(cell.duet, pair=cell.duet.pair + suffix) if cell.duet else None
+    tenant = dataclasses.replace(cell.tenant, group=cell.tenant.group + suffix) if cell.tenant else None
+    return dataclasses.replace(cell, cell_id=cell.cell_id + suffix, duet=duet, tenant=tenant)
 
 
 def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: Store,
@@ -85,7 +84,7 @@ def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: St
     is contaminated (at most ``study.reruns`` times). Every run is stored: a contaminated cell
     stays in the store, flagged, and its re-run points back at it (``rerun_of``)."""
     originals = [c.cell_id for c in batch]
-    together = members if batch[0].extra.get("duet_pair") else members[0]
+    together = members if batch[0].duet else members[0]
     displays = [p.display() for p in members]
     with applied_host_knobs(batch[0].knobs):  # cpufreq / power-mode knobs, restored after
         outcomes = run_group(batch, together)  # a tenant group or a duet pair starts together
@@ -150,7 +149,7 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
                 cell = batch[0]
                 members = [platforms[c.platform_key] for c in batch]
                 tag = " (warm-up)" if cell.warmup else ""
-                tag += (" in a duet" if cell.extra.get("duet_pair") else
+                tag += (" in a duet" if cell.duet else
                         f" ×{len(batch)} tenants" if len(batch) > 1 else "")
                 shown = " + ".join(dict.fromkeys(f"{c.workload_key} on {p.display()}" for c, p in zip(batch, members, strict=True)))
                 progress.update(task, description=f"{shown}{tag}")

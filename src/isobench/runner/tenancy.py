@@ -19,20 +19,25 @@ from isobench.platforms.base import Launched, Platform
 from isobench.runner.execute import CellOutcome, run_cell
 
 
+def _unit_of(cell: Cell) -> str | None:
+    """The tenant group or duet pair the cell starts with, if any."""
+    return cell.tenant.group if cell.tenant else cell.duet.pair if cell.duet else None
+
+
 def tenant_batches(cells: Iterable[Cell]) -> Iterator[list[Cell]]:
     """One list per unit of work: a lone cell, a whole tenant group or a duet pair (each
     consecutive in the plan)."""
     iterator = iter(cells)
     for cell in iterator:
-        group = cell.extra.get("tenant_group") or cell.extra.get("duet_pair")
+        group = _unit_of(cell)
         if not group:
             yield [cell]
             continue
         members = [cell]
-        size = int(cell.extra["tenants"]) if cell.extra.get("tenant_group") else 2
+        size = cell.tenant.count if cell.tenant else 2
         for _ in range(size - 1):
             member = next(iterator)
-            if (member.extra.get("tenant_group") or member.extra.get("duet_pair")) != group:
+            if _unit_of(member) != group:
                 raise RuntimeError(f"tenant group {group} is not contiguous in the plan at {member.cell_id}")
             members.append(member)
         yield members
@@ -60,7 +65,7 @@ def run_group(cells: list[Cell], platform: Platform | list[Platform]) -> list[Ce
     """Run the members of a tenant group (one platform) or a duet pair (a platform per member)
     at once; return their outcomes in member order."""
     platforms = platform if isinstance(platform, list) else [platform] * len(cells)
-    if len(cells) == 1 and not cells[0].extra.get("tenant_group"):
+    if len(cells) == 1 and not cells[0].tenant:
         return [run_cell(cells[0], platforms[0])]
     tracked = [_Tracked(p) for p in platforms]
     barrier = threading.Barrier(len(cells))
@@ -107,15 +112,16 @@ def annotate(outcomes: list[CellOutcome], released: list[float]) -> None:
     release_skew = max(released) - min(released) if released else None
     first = min(starts) if starts else None
     for outcome in outcomes:
-        extra = outcome.cell.extra
+        duet, tenant = outcome.cell.duet, outcome.cell.tenant
         started = outcome.hello.get("wall_time") if outcome.hello else None
-        if extra.get("duet_pair"):
+        if duet:
             outcome.platform_info["duet"] = {
-                "pair": extra["duet_pair"], "side": extra.get("duet_side"), "partner": extra.get("duet_partner"),
-                "group": extra.get("duet_group"), "cores": outcome.cell.cores, "start_skew_s": start_skew,
+                "pair": duet.pair, "side": duet.side, "partner": duet.partner,
+                "group": duet.group, "cores": outcome.cell.cores, "start_skew_s": start_skew,
                 "release_skew_s": release_skew}
             continue
         outcome.platform_info["tenancy"] = {
-            "tenant": extra.get("tenant"), "tenants": extra.get("tenants"), "group": extra.get("tenant_group"),
+            "tenant": tenant.index if tenant else None, "tenants": tenant.count if tenant else None,
+            "group": tenant.group if tenant else None,
             "start_skew_s": start_skew, "release_skew_s": release_skew,
             "start_offset_s": (started - first) if started is not None and first is not None else None}
