@@ -14,13 +14,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-# Still imported from here by modules being reworked elsewhere (docker, podman, vm, layers);
-# the helpers live in the leaf module isobench.liveness.
-from isobench.liveness import boot_id as boot_id
-from isobench.liveness import prune_stale_runner_locks as prune_stale_runner_locks
-from isobench.liveness import runner_tag as runner_tag
-from isobench.liveness import tag_is_stale as tag_is_stale
-
 if TYPE_CHECKING:
     from isobench.plan.cells import Cell
     from isobench.study.model import PlatformEntry

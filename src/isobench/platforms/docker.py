@@ -16,6 +16,7 @@ import time
 from typing import Any, ClassVar
 
 from isobench.hostinfo import tool_version
+from isobench.liveness import runner_tag, tag_is_stale
 from isobench.plan.cells import Cell
 from isobench.platforms import PLATFORMS
 from isobench.platforms.base import (
@@ -24,8 +25,6 @@ from isobench.platforms.base import (
     Launched,
     Platform,
     kill_process_group,
-    runner_tag,
-    tag_is_stale,
 )
 from isobench.platforms.datapath import copy_into, mount_args
 from isobench.platforms.engineconfig import daemon_json_path, merge_runtime, reload_engines

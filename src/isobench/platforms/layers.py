@@ -178,7 +178,7 @@ class SeccompLayer(LayerPlatform):
         return base
 
     def prepare(self) -> None:
-        from isobench.platforms.base import runner_tag
+        from isobench.liveness import runner_tag
         from isobench.platforms.docker import LABEL_RUNNER, Docker
         from isobench.platforms.seccomp_bpf import docker_default_filter
 
