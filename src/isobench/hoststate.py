@@ -13,7 +13,7 @@ While holders remain, their combined wish is in force (the newest holder's, or t
 for ``dirty_background``); when the last one leaves, the original is put back and the
 directory removed. A runner killed with ``kill -9`` leaves its holder file behind: the next
 run's sweep, or ``isobench doctor --repair``, drops the holders whose runner is dead
-(:func:`isobench.platforms.base.tag_is_stale`) and settles again, which restores the original.
+(:func:`isobench.liveness.tag_is_stale`) and settles again, which restores the original.
 
 ``/run`` is a tmpfs: the journal goes with a reboot, as do the sysfs and sysctl values it guards.
 """
