@@ -123,11 +123,3 @@ def stacked_figure(fig_id: str, title: str, paper: str, labels: list[str], keys:
 
 def knobs_text(knobs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(knobs.items()) if k != "threads")
-
-
-def fmt_secs(value: float) -> str:
-    if value >= 1:
-        return f"{value:.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.2f} ms"
-    return f"{value * 1e6:.1f} µs"

@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+from isobench.analysis.stats import fmt_seconds
 from isobench.analysis.views.base import (
     SJ,
     Context,
@@ -16,7 +17,6 @@ from isobench.analysis.views.base import (
     View,
     builder,
     fmt_num,
-    fmt_secs,
     knobs_text,
 )
 
@@ -64,7 +64,7 @@ def kernel_views(ctx: Context) -> list[View]:
     kernels.sort(key=lambda c: (c.workload, c.metric, c.platform))
     rows = [[c.workload, c.metric.removeprefix("phase."),
              c.platform + (f" [{knobs_text(c.knobs)}]" if knobs_text(c.knobs) else ""),
-             fmt_secs(c.baseline_mean), fmt_secs(c.mean), f"{c.ratio:.3f}", f"{c.ci_low:.3f}–{c.ci_high:.3f}",
+             fmt_seconds(c.baseline_mean), fmt_seconds(c.mean), f"{c.ratio:.3f}", f"{c.ci_low:.3f}–{c.ci_high:.3f}",
              c.effect if c.significant_holm else "not resolved"] for c in kernels]
     table = Table("tab-kernels", "Kernel time, host vs platform, per kernel and shape", f"{SJ}, Figs. 5–9",
                   ["workload", "kernel and shape", "platform", "host", "platform", "×", "95% CI", "effect"], rows,

@@ -7,7 +7,8 @@ from collections import defaultdict
 
 from isobench.analysis import evidence as ev
 from isobench.analysis.compare import Group
-from isobench.analysis.views.base import SS, Context, Skipped, Table, View, builder, fmt_secs, stacked_figure
+from isobench.analysis.stats import fmt_seconds
+from isobench.analysis.views.base import SS, Context, Skipped, Table, View, builder, stacked_figure
 from isobench.analysis.views.phases import INFER_SPLIT, phase_sorted
 
 
@@ -54,8 +55,8 @@ def scale_up_views(ctx: Context) -> list[View]:
             ci = f"{est.ci_low:.3f}–{est.ci_high:.3f}" if est.ci_low is not None else "n/a"
             rows.append([ev.entry_label(g.display, g.platform, g.platform_key, {}) + " vs " +
                          ev.entry_label(twin.display, twin.platform, twin.platform_key, {}) + ctx.on_host(g),
-                         f"{ev.core_count(g.knobs):g}", fmt_secs(ev.mean_of(g, "e2e") or 0),
-                         fmt_secs(ev.mean_of(twin, "e2e") or 0), f"{est.ratio:.3f}", ci])
+                         f"{ev.core_count(g.knobs):g}", fmt_seconds(ev.mean_of(g, "e2e") or 0),
+                         fmt_seconds(ev.mean_of(twin, "e2e") or 0), f"{est.ratio:.3f}", ci])
         if rows:
             views.append(Table(f"tab-pinning-{workload}", f"{workload}: pinned vs vanilla (same core count)",
                                f"{SS}, Section V-C", ["vanilla vs pinned", "cores", "vanilla", "pinned", "pinned/vanilla",
