@@ -61,12 +61,13 @@ def test_help_documents_the_gate() -> None:
 
 
 def test_two_real_studies_gate_on_a_real_slowdown(tmp_path: Path) -> None:
-    """The same tiny study twice on bare metal; B while a busy loop shares the cell's core, so
-    each of B's items waits about as long as it computes: B is resolved slower, A is not."""
+    """The same tiny study twice on bare metal; B while three busy loops share the cell's core, so
+    each of B's items waits two or three times as long as it computes (well beyond what a busy
+    test host does to A): B is resolved slower, A is not."""
     need_root()
     spin = {"name": "cpu-spin", "params": {"iterations": 6, "work": 300_000}}
     study = write_study(tmp_path / "s.yaml", {"name": "gate", "workloads": [spin],
-                                              "platforms": [{"name": "baremetal"}], "repetitions": 4,
+                                              "platforms": [{"name": "baremetal"}], "repetitions": 6,
                                               "warmup": 0, "seed": 5, "probes": {}})
     cores = {c["cores"] for c in json.loads(run_cli("plan", str(study), "--json", check=True).stdout)["cells"]}
     assert len(cores) == 1 and cores != {None}, cores
@@ -74,13 +75,14 @@ def test_two_real_studies_gate_on_a_real_slowdown(tmp_path: Path) -> None:
     run_cli("run", str(study), "--out", str(a), timeout=600, check=True)
     code = f"import os, time\nos.sched_setaffinity(0, {{{int(cores.pop().split(',')[0].split('-')[0])}}})\n" \
            "end = time.time() + 300\nwhile time.time() < end: pass\n"
-    hog = subprocess.Popen([sys.executable, "-c", code])
+    hogs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(3)]
     try:
         time.sleep(0.3)
         run_cli("run", str(study), "--out", str(b), timeout=600, check=True)
     finally:
-        hog.kill()
-        hog.wait()
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     slower = run_cli("compare", str(a), str(b), "--fail-if", "slower:1.2")
     assert slower.returncode == 1, slower.stdout + slower.stderr
     assert "resolved slower" in slower.stderr
