@@ -120,3 +120,14 @@ def test_package_graph_has_no_cycle() -> None:
 def test_the_study_schema_needs_no_registry_or_plan() -> None:
     # registry and plan checks run in studyfile.py, so everything else may import the schema
     assert {target for source, target in import_graph() if source == "study"} <= {"hostinfo", "errors"}
+
+
+#: the most lines one module may have: past it, a module holds more than one concept
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_over_the_size_limit() -> None:
+    sizes = {path.relative_to(SRC).as_posix(): len(path.read_text().splitlines()) for path in SRC.rglob("*.py")}
+    assert len(sizes) > 100 and max(sizes.values()) > 300  # the scan sees the real tree
+    over = {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them along their seams): {over}"

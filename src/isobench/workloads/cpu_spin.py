@@ -6,14 +6,12 @@ cost and CFS-quota throttling (time per iteration scales with 1/quota below one 
 
 from __future__ import annotations
 
-import time
-
 from pydantic import Field
 
 from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload, WorkloadParams
 from isobench.workloads.channel import CellContext
-from isobench.workloads.timing import PhaseClock
+from isobench.workloads.timing import timed_items
 
 
 class CpuSpinParams(WorkloadParams):
@@ -49,14 +47,4 @@ class CpuSpin(Workload):
                 block = bytearray(params.allocate_mb << 20)
                 for offset in range(0, len(block), 4096):  # touch every page so it is resident
                     block[offset] = 1
-        clock = PhaseClock()  # the shared clock: a `slowdown` knob is injected here too
-        ctx.start_run()
-        started = time.perf_counter()
-        done = 0
-        while done < params.iterations or time.perf_counter() - started < params.min_seconds:
-            clock.start()
-            spin(params.work)
-            clock.lap("compute")
-            phases, e2e = clock.stop()
-            ctx.item(phases, e2e)
-            done += 1
+        timed_items(ctx, "compute", lambda: spin(params.work), params.iterations, params.min_seconds)

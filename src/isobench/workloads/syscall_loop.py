@@ -8,14 +8,13 @@ platform is known to multiply (literature row L2 of the replication tables).
 from __future__ import annotations
 
 import os
-import time
 
 from pydantic import Field
 
 from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload, WorkloadParams
 from isobench.workloads.channel import CellContext
-from isobench.workloads.timing import PhaseClock
+from isobench.workloads.timing import timed_items
 
 
 class SyscallLoopParams(WorkloadParams):
@@ -39,15 +38,9 @@ class SyscallLoop(Workload):
     def run(self, params: SyscallLoopParams, ctx: CellContext) -> None:  # type: ignore[override]
         getppid = os.getppid
         calls = range(params.calls)
-        clock = PhaseClock()
-        ctx.start_run()
-        started = time.perf_counter()
-        done = 0
-        while done < params.iterations or time.perf_counter() - started < params.min_seconds:
-            clock.start()
+
+        def batch() -> None:
             for _ in calls:
                 getppid()
-            clock.lap("syscalls")
-            phases, e2e = clock.stop()
-            ctx.item(phases, e2e)
-            done += 1
+
+        timed_items(ctx, "syscalls", batch, params.iterations, params.min_seconds)

@@ -13,6 +13,7 @@ is synchronous already, so the request is a no-op there; the mode in force is re
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 #: no synchronisation added: host clock only
@@ -132,3 +133,20 @@ def resolve_device(requested: str) -> Any:
     if requested == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device: cuda was asked for, but torch sees no CUDA device here")
     return torch.device(requested)
+
+
+def timed_items(ctx: Any, phase: str, work: Callable[[], object], iterations: int, min_seconds: float) -> None:
+    """The timed loop of a one-phase microbenchmark: ``work()`` is one item, run ``iterations``
+    times or until ``min_seconds`` have passed, whichever is longer, each item timed by PhaseClock
+    (so a ``slowdown`` knob is injected here too)."""
+    clock = PhaseClock()
+    ctx.start_run()
+    started = time.perf_counter()
+    done = 0
+    while done < iterations or time.perf_counter() - started < min_seconds:
+        clock.start()
+        work()
+        clock.lap(phase)
+        phases, e2e = clock.stop()
+        ctx.item(phases, e2e)
+        done += 1
