@@ -262,3 +262,18 @@ def test_worker_keeps_to_its_cores() -> None:
         assert os.sched_getaffinity(0) == set(host_cpus())
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_co_tenants_are_not_contamination_but_steal_still_is() -> None:
+    from isobench.runner.interference import USER_HZ, Snapshot, account
+
+    # 2 s on one core: the cell used 0.5 s of it, other tasks (its co-tenants) 1.5 s
+    start = Snapshot(0.0, {1: (0, 0)}, {}, 0, [0, 0])
+    busy = Snapshot(2.0, {1: (2 * USER_HZ, 0)}, {}, int(0.5e9), [0, int(0.5e9)])
+    alone = account(start, busy, [1], items=10, threshold=0.1)
+    assert alone["contaminated"] and alone["other_cpu_s"] == pytest.approx(1.5)
+    shared = account(start, busy, [1], items=10, threshold=0.1, co_tenants=3)
+    assert not shared["contaminated"] and "3 co-tenant" in shared["judged_on"]
+    assert shared["lost_share"] == pytest.approx(alone["lost_share"])  # still reported, only not judged
+    stolen = Snapshot(2.0, {1: (2 * USER_HZ, int(0.5 * USER_HZ))}, {}, int(0.5e9), [0, int(0.5e9)])
+    assert account(start, stolen, [1], items=10, threshold=0.1, co_tenants=3)["contaminated"]

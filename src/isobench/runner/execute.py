@@ -172,7 +172,8 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
             return CellOutcome(cell=cell, status="failed", exit_code=None,
                                error=f"the platform could not start the cell: {type(exc).__name__}: {exc}",
                                stderr_tail="", started_at=started_at, wall_s=0.0, startup_s=None)
-        window = Window(cell_cores(cell), cell.contamination_threshold)
+        co_tenants = cell.tenant.count - 1 if cell.tenant is not None else 0
+        window = Window(cell_cores(cell), cell.contamination_threshold, co_tenants)
 
         def on_mark(kind: str) -> None:
             window.mark(kind)

@@ -90,8 +90,11 @@ def snapshot(cgroups: dict[str, Path] | None) -> Snapshot:
 
 
 def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
-            threshold: float, sampled_runq: float | None = None) -> dict[str, Any]:
-    """What happened on ``cores`` between two snapshots, and whether it contaminates the cell."""
+            threshold: float, sampled_runq: float | None = None, co_tenants: int = 0) -> dict[str, Any]:
+    """What happened on ``cores`` between two snapshots, and whether it contaminates the cell.
+
+    A tenant of a group shares its cores with ``co_tenants`` cells started beside it on purpose:
+    their CPU time is what the study measures, not contamination, so only steal counts then."""
     window = end.at - start.at
     if window <= 0:
         return {}
@@ -120,6 +123,9 @@ def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
         result["runq_source"] = "schedstat, the cell's cores"
     lost = (steal + result.get("other_cpu_s", 0.0)) / (window * len(cores))
     result["lost_share"] = lost
+    if co_tenants:
+        lost = steal / (window * len(cores))
+        result["judged_on"] = f"steal only: {co_tenants} co-tenant(s) share these cores by design"
     # /proc/stat counts in ticks (10 ms): a shorter window cannot tell a neighbour from rounding
     result["contaminated"] = lost > threshold and window >= MIN_JUDGED_WINDOW_S
     result["kind"] = "steal" if steal > result.get("other_cpu_s", 0.0) else "other tasks"
@@ -172,9 +178,10 @@ class _RunqSampler(threading.Thread):
 class Window:
     """The measured window of one cell: snapshots taken when the worker says so."""
 
-    def __init__(self, cores: list[int], threshold: float) -> None:
+    def __init__(self, cores: list[int], threshold: float, co_tenants: int = 0) -> None:
         self.cores = cores
         self.threshold = threshold
+        self.co_tenants = co_tenants
         self.cgroups: dict[str, Path] | None = None
         self.start: Snapshot | None = None
         self.end: Snapshot | None = None
@@ -205,4 +212,4 @@ class Window:
         samples = self._sampler.samples if self._sampler is not None else []
         host_cores = len(self.start.stat) or 1
         runq = sum(samples) / len(samples) / host_cores if samples else None
-        return account(self.start, self.end, self.cores, items, self.threshold, runq)
+        return account(self.start, self.end, self.cores, items, self.threshold, runq, self.co_tenants)
