@@ -106,6 +106,11 @@ def test_equivalence_and_value_and_difference_rules(known: Path) -> None:
          metric: probe.perf.cell.cycles, expect: "< 1.0e8", scale: 1.0e-9, unit: G}
 """)
     assert cycles.verdict == FAILS and cycles.checks[0].estimate == pytest.approx(0.5e9, rel=0.05)
+    # identical counts on both sides (an interval of zero width at exactly 1) contradict "more than 1"
+    same = run(known, """
+      - {what: periods, workload: lenet-train, platform: docker, metric: probe.cgroup.nr_periods, expect: "> 1.0"}
+""")
+    assert same.checks[0].ci_low == same.checks[0].ci_high == pytest.approx(1.0) and same.verdict == FAILS
 
 
 def test_what_cannot_be_tested_says_why(known: Path) -> None:
@@ -163,3 +168,16 @@ def test_bad_findings_file_is_one_line_naming_the_field() -> None:
     assert "bad.yaml" in text and "expect" in text and "\n" not in text
     with pytest.raises(UserError, match="unknown paper"):
         load_findings("nobody-2020")
+
+
+def test_nvmsim_rule_judges_each_trace_shape(known: Path) -> None:
+    # every cell of the known store wrote back the same 60 pages: the replay is exact, no interval
+    fits = run(known, """
+      - {what: flush layer, kind: nvmsim, study: known, expect: "> 0.5"}
+""")
+    assert fits.verdict == HOLDS and "every trace shape (lenet-train on " in fits.checks[0].reason
+    assert "traces" in fits.here
+    never = run(known, """
+      - {what: flush layer, kind: nvmsim, study: known, expect: "< 0.5"}
+""")
+    assert never.verdict == FAILS and "does not on lenet-train on " in never.reason

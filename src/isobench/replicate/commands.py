@@ -6,8 +6,9 @@ import shlex
 from pathlib import Path
 
 from isobench.console import err_console, print_json
-from isobench.replicate.document import _loadavg, cpu_times, write_markdown
-from isobench.replicate.run import replicate
+from isobench.replicate.document import write_markdown
+from isobench.replicate.hostload import cpu_times, loadavg
+from isobench.replicate.run import appended_command, previous_records, replicate
 from isobench.report.findings_table import print_table, records
 from isobench.report.plaintext import markup
 
@@ -16,9 +17,11 @@ def replicate_command(paper: str, out: Path, resume: bool, quick: bool, max_minu
                       markdown: Path | None, as_json: bool, argv: list[str]) -> None:
     from isobench.console import console
 
-    started_cpu, load_before = cpu_times(), _loadavg()
+    started_cpu, load_before = cpu_times(), loadavg()
+    command = "isobench " + " ".join(shlex.quote(a) for a in argv[1:])
+    commands = appended_command(previous_records(out).get("commands", []) if resume else [], command)
     # progress goes to stderr so that stdout holds only the table (or the JSON)
-    runs = replicate(paper, out, resume, quick, max_minutes, err_console)
+    runs = replicate(paper, out, resume, quick, max_minutes, err_console, command)
     results = [r for run in runs for r in run.results]
     if as_json:
         print_json({"findings": records(results),
@@ -28,7 +31,6 @@ def replicate_command(paper: str, out: Path, resume: bool, quick: bool, max_minu
         for run in runs:
             print_table(run.results, console, f"{run.title} ({run.seconds / 60:.1f} min)")
     if markdown is not None:
-        command = "isobench " + " ".join(shlex.quote(a) for a in argv[1:])
-        path = write_markdown(runs, markdown, command, started_cpu, load_before)
+        path = write_markdown(runs, markdown, commands, started_cpu, load_before)
         err_console.print(markup("written: {}", path))
     err_console.print(markup("results: {} (isobench report {}/PAPER/STUDY)", out, out))

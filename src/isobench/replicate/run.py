@@ -36,6 +36,9 @@ class PaperRun:
     seconds: float
     directories: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+    #: the 1/5/15-minute load average when its cells started, and the steal share while they ran
+    load_at_start: str = ""
+    steal: float | None = None
 
 
 def papers_of(choice: str) -> list[str]:
@@ -87,25 +90,69 @@ def replicate_paper(name: str, out: Path, resume: bool, quick: bool, max_minutes
         directories[study] = run_study(text, None if again else study, directory, again, console)
         (directories[study] / "capabilities.json").write_text(json.dumps(missing, indent=1) + "\n")
     results = evaluate(paper, directories, missing)
+    load, steal = host_load(list(directories.values()))
     return PaperRun(name, paper.title, results, time.monotonic() - started,
-                    {k: str(v) for k, v in directories.items()}, missing)
+                    {k: str(v) for k, v in directories.items()}, missing, load, steal)
+
+
+def host_load(directories: list[Path]) -> tuple[str, float | None]:
+    """The load average when the paper's first study started (the host fingerprint's) and the
+    share of the cells' core time stolen by the hypervisor (their interference accounting): read
+    from the stores, so a resumed replication reports the run that measured."""
+    load, stolen, window = "", 0.0, 0.0
+    for directory in directories:
+        store = Store.open(directory)
+        try:
+            host = store.host()
+            if not load and isinstance(host.get("loadavg_at_start"), list):
+                load = " ".join(f"{v:.2f}" for v in host["loadavg_at_start"])
+            for row in store.conn.execute("SELECT platform_info FROM cells WHERE platform_info IS NOT NULL"):
+                info = json.loads(row["platform_info"]).get("interference") or {}
+                if info.get("window_s") and info.get("cores"):
+                    stolen += float(info.get("steal_s", 0.0))
+                    window += float(info["window_s"]) * float(info["cores"])
+        finally:
+            store.close()
+    return load, (stolen / window if window else None)
+
+
+def appended_command(commands: list[str], command: str) -> list[str]:
+    """The invocations so far, ``command`` last (a repeated re-test is listed once)."""
+    return commands if commands and commands[-1] == command else [*commands, command]
+
+
+def previous_records(out: Path) -> dict[str, Any]:
+    """What an earlier invocation on ``out`` recorded (empty when none, or unreadable)."""
+    try:
+        payload = json.loads((out / "replication.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return payload if isinstance(payload, dict) and payload.get("version") == REPLICATION_VERSION else {}
 
 
 def replicate(choice: str, out: Path, resume: bool, quick: bool, max_minutes: float | None,
-              console: Console) -> list[PaperRun]:
+              console: Console, command: str = "isobench replicate") -> list[PaperRun]:
+    """Each paper of ``choice`` in turn. With ``resume``, a paper's time adds up over the
+    invocations (the first ran the cells; a later one may only re-test the findings)."""
+    earlier = previous_records(out) if resume else {}
+    before = {p["paper"]: p for p in earlier.get("papers", [])}
+    commands = appended_command(earlier.get("commands", []), command)
     runs = []
     for name in papers_of(choice):
-        runs.append(replicate_paper(name, out, resume, quick, max_minutes, console))
-        write_records(runs, out)  # a later paper's failure keeps the earlier ones' verdicts
+        run = replicate_paper(name, out, resume, quick, max_minutes, console)
+        run.seconds += float(before.get(name, {}).get("seconds", 0.0))
+        runs.append(run)
+        write_records(runs, out, commands)  # a later paper's failure keeps the earlier ones' verdicts
     return runs
 
 
-def write_records(runs: list[PaperRun], out: Path) -> Path:
+def write_records(runs: list[PaperRun], out: Path, commands: list[str] | None = None) -> Path:
     path = out / "replication.json"
     records = [{**r.as_record(), "seconds": round(run.seconds, 1)} for run in runs for r in run.results]
-    payload = {"version": REPLICATION_VERSION, "papers": [
+    payload = {"version": REPLICATION_VERSION, "commands": commands or [], "papers": [
         {"paper": run.paper, "title": run.title, "seconds": round(run.seconds, 1), "studies": run.directories,
-         "missing": run.missing} for run in runs], "findings": records}
+         "missing": run.missing, "load_at_start": run.load_at_start, "steal": run.steal} for run in runs],
+        "findings": records}
     out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload, indent=1) + "\n")
