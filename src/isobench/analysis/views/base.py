@@ -105,6 +105,14 @@ def fmt_num(value: float) -> str:
     return f"{value:.3g}"
 
 
+def groups_by_workload(ctx: Context) -> list[tuple[str, list[Group]]]:
+    """The study's groups per workload, workloads by name and each one's groups in report order."""
+    by_workload: dict[str, list[Group]] = {}
+    for g in ctx.groups:
+        by_workload.setdefault(g.workload, []).append(g)
+    return [(w, ordered_groups(ctx, groups)) for w, groups in sorted(by_workload.items())]
+
+
 def ordered_groups(ctx: Context, groups: list[Group]) -> list[Group]:
     order = {key: i for i, key in enumerate(ctx.platform_order)}
     return sorted(groups, key=lambda g: (g.workload, order.get(g.platform_key, 99), json.dumps(g.knobs, sort_keys=True),

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from isobench.analysis import evidence as ev
-from isobench.analysis.compare import Group
-from isobench.analysis.views.base import PB, Context, Skipped, Table, View, builder, fmt_num, ordered_groups
+from isobench.analysis.views.base import (
+    PB,
+    Context,
+    Skipped,
+    Table,
+    View,
+    builder,
+    fmt_num,
+    groups_by_workload,
+)
 
 
 @builder(60)
@@ -21,11 +27,7 @@ def perf_table(ctx: Context) -> list[View]:
     prefix = "probe.perf.cell." if scoped else "probe.perf."
     events = sorted({m.removeprefix(prefix) for m in metrics if m.startswith(prefix)})
     views: list[View] = []
-    by_workload: dict[str, list[Group]] = defaultdict(list)
-    for g in ctx.groups:
-        by_workload[g.workload].append(g)
-    for workload, groups in sorted(by_workload.items()):
-        groups = ordered_groups(ctx, groups)
+    for workload, groups in groups_by_workload(ctx):
         engine_groups = [g for g in groups if any(m.startswith("probe.perf.engine.") and (ev.mean_of(g, m) or 0) > 0
                                                   for m in g.metrics)]
         columns = ["event"] + [f"{ev.group_label(g)}{ctx.on_host(g)}: cell" for g in groups]

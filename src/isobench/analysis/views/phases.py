@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from isobench.analysis import evidence as ev
-from isobench.analysis.compare import Group
-from isobench.analysis.views.base import PR, SS, Context, View, builder, ordered_groups, stacked_figure
+from isobench.analysis.views.base import PR, SS, Context, View, builder, groups_by_workload, stacked_figure
 from isobench.analysis.views.ratios import KERNEL_RE
 
 TRAIN_COMPUTE = ("forward", "backward", "optimizer")
@@ -24,11 +22,7 @@ INFER_SPLIT = ("preprocess", "inference", "postprocess")
 @builder(20)
 def phase_views(ctx: Context) -> list[View]:
     views: list[View] = []
-    by_workload: dict[str, list[Group]] = defaultdict(list)
-    for g in ctx.groups:
-        by_workload[g.workload].append(g)
-    for workload, groups in sorted(by_workload.items()):
-        groups = ordered_groups(ctx, groups)
+    for workload, groups in groups_by_workload(ctx):
         phases = sorted({m.removeprefix("phase.") for g in groups for m in g.metrics if m.startswith("phase.")})
         if not phases or KERNEL_RE.search(workload):  # a kernel workload's phases are its shapes (kernel_views)
             continue
