@@ -30,6 +30,7 @@ from scipy import stats as sps
 from isobench.analysis.blocked import Point, estimate
 from isobench.analysis.compare import Group, load_groups
 from isobench.analysis.finding_spec import Check, Expectation, Finding, PaperFindings, Side
+from isobench.analysis.stats import RatioEstimate
 from isobench.store import Store
 from isobench.studyfile import load_study_text
 
@@ -164,11 +165,16 @@ def _sides(sources: Sources, side: Side, default_study: str) -> tuple[list[Point
             side.platform)
 
 
-def _ratio(sources: Sources, side: Side, default_study: str) -> Estimate:
+def _blocked(sources: Sources, side: Side, default_study: str) -> RatioEstimate:
+    """The side's ratio to its reference, by the report's own blocked estimate (duet pairs, rounds)."""
     sample, reference, label = _sides(sources, side, default_study)
     if min(p.value for p in sample + reference) <= 0:
         raise Untestable(f"{side.metric} has zero values: no ratio")
-    est = estimate(sample, reference, label).estimate
+    return estimate(sample, reference, label).estimate
+
+
+def _ratio(sources: Sources, side: Side, default_study: str) -> Estimate:
+    est = _blocked(sources, side, default_study)
     return Estimate(est.ratio, est.ci_low, est.ci_high, min(est.n, est.n_baseline), "log",
                     _fmt_ratio(est.ratio, est.ci_low, est.ci_high))
 
@@ -179,8 +185,8 @@ def _ratio_of_ratios(sources: Sources, check: Check, default_study: str) -> Esti
     first = _blocked(sources, check, default_study)
     second = _blocked(sources, check.other, default_study)
     if first.se is None or second.se is None or first.df is None or second.df is None:
-        return Estimate(first.ratio / second.ratio, None, None, min(first.n, second.n), "log",
-                        f"{first.ratio / second.ratio:.2f}× (one repetition: no interval)")
+        ratio = first.ratio / second.ratio
+        return Estimate(ratio, None, None, min(first.n, second.n), "log", _fmt_ratio(ratio, None, None))
     # Both share the baseline, so their errors correlate positively: adding variances overstates
     # the spread, which makes the verdict conservative, never bolder.
     log_r = math.log(first.ratio) - math.log(second.ratio)
@@ -188,13 +194,6 @@ def _ratio_of_ratios(sources: Sources, check: Check, default_study: str) -> Esti
     half = float(sps.t.ppf(0.975, max(min(first.df, second.df), 1.0))) * se
     ratio, low, high = math.exp(log_r), math.exp(log_r - half), math.exp(log_r + half)
     return Estimate(ratio, low, high, min(first.n, second.n), "log", _fmt_ratio(ratio, low, high))
-
-
-def _blocked(sources: Sources, side: Side, default_study: str) -> Any:
-    sample, reference, label = _sides(sources, side, default_study)
-    if min(p.value for p in sample + reference) <= 0:
-        raise Untestable(f"{side.metric} has zero values: no ratio")
-    return estimate(sample, reference, label).estimate
 
 
 def _t_interval(values: list[float]) -> tuple[float, float | None, float | None]:

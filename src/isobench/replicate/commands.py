@@ -8,7 +8,7 @@ from pathlib import Path
 from isobench.console import err_console, print_json
 from isobench.replicate.document import write_markdown
 from isobench.replicate.hostload import cpu_times, loadavg
-from isobench.replicate.run import appended_command, previous_records, replicate
+from isobench.replicate.run import previous_records, replicate
 from isobench.report.findings_table import print_table, records
 from isobench.report.plaintext import markup
 
@@ -19,7 +19,6 @@ def replicate_command(paper: str, out: Path, resume: bool, quick: bool, max_minu
 
     started_cpu, load_before = cpu_times(), loadavg()
     command = "isobench " + " ".join(shlex.quote(a) for a in argv[1:])
-    commands = appended_command(previous_records(out).get("commands", []) if resume else [], command)
     # progress goes to stderr so that stdout holds only the table (or the JSON)
     runs = replicate(paper, out, resume, quick, max_minutes, err_console, command)
     results = [r for run in runs for r in run.results]
@@ -31,6 +30,8 @@ def replicate_command(paper: str, out: Path, resume: bool, quick: bool, max_minu
         for run in runs:
             print_table(run.results, console, f"{run.title} ({run.seconds / 60:.1f} min)")
     if markdown is not None:
+        # the invocations as replicate recorded them in replication.json, this one last
+        commands = previous_records(out).get("commands", [command])
         path = write_markdown(runs, markdown, commands, started_cpu, load_before)
         err_console.print(markup("written: {}", path))
     err_console.print(markup("results: {} (isobench report {}/PAPER/STUDY)", out, out))

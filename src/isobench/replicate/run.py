@@ -77,6 +77,7 @@ def replicate_paper(name: str, out: Path, resume: bool, quick: bool, max_minutes
     missing = missing_capabilities(_needed(paper))
     started = time.monotonic()
     directories: dict[str, Path] = {}
+    ran_cells = False
     for study in paper.studies:
         directory = out / name / study
         again = resume and Store.exists(directory)
@@ -87,12 +88,23 @@ def replicate_paper(name: str, out: Path, resume: bool, quick: bool, max_minutes
                              " (quick)" if quick else " (resuming)" if again else ""))
         directory.parent.mkdir(parents=True, exist_ok=True)
         text = None if again else study_text(paper, study, quick, max_minutes)
+        before = _finished(directory) if again else 0
         directories[study] = run_study(text, None if again else study, directory, again, console)
+        ran_cells = ran_cells or _finished(directory) > before
         (directories[study] / "capabilities.json").write_text(json.dumps(missing, indent=1) + "\n")
     results = evaluate(paper, directories, missing)
     load, steal = host_load(list(directories.values()))
-    return PaperRun(name, paper.title, results, time.monotonic() - started,
+    # a resume that ran no cell only re-tested the findings: its seconds are not the paper's time
+    return PaperRun(name, paper.title, results, time.monotonic() - started if ran_cells else 0.0,
                     {k: str(v) for k, v in directories.items()}, missing, load, steal)
+
+
+def _finished(directory: Path) -> int:
+    store = Store.open(directory)
+    try:
+        return len(store.finished_ids())
+    finally:
+        store.close()
 
 
 def host_load(directories: list[Path]) -> tuple[str, float | None]:
