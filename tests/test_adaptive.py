@@ -109,12 +109,15 @@ def test_real_adaptive_study_on_bare_metal(tmp_path: Path, tiny_spin: dict) -> N
     out = tmp_path / "out"
     result = run_cli("run", str(write_study(tmp_path / "s.yaml", study)), "--out", str(out))
     assert result.returncode == 0, result.stderr + result.stdout
-    # A quiet host may show the A/A entry equivalent after 2 rounds (a verdict); else the budget ends it.
+    # The width target cannot be reached, so the study stops on a verdict (after round 2 or 3) or when
+    # the budget of 3 runs out. Which verdict is the host's business: a quiet host shows the A/A entry
+    # equivalent, while CI right after set-up (load 1.3) once read it 4% slower at the third look.
     stop = re.search(r"adaptive repetitions: stopped after (\d) round\(s\): (the budget of 3 repetitions ran out|"
-                     r"every comparison has a verdict \(1 equivalent\))", result.stdout.replace("\n", " "))
+                     r"every comparison has a verdict \(1 (?:equivalent|slower|faster)\))",
+                     result.stdout.replace("\n", " "))
     assert stop, result.stdout
     rounds = int(stop.group(1))
-    assert rounds == 3 if stop.group(2).startswith("the budget") else rounds == 2
+    assert rounds == 3 if stop.group(2).startswith("the budget") else rounds in (2, 3)
     store = Store.open(out)
     # every round ran both entries once (re-runs of contaminated cells come on top)
     assert store.conn.execute("SELECT COUNT(*) FROM cells WHERE cell_id NOT LIKE '%+rerun%'").fetchone()[0] == 2 * rounds
