@@ -6,6 +6,7 @@ import json
 import math
 import random
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,34 @@ def test_advisor_against_closed_forms_and_simulation() -> None:
     hits = sum(ratio_ci(lognormal(n, 1.05, 0.02, rng), lognormal(n, 1.0, 0.02, rng)).p_value < 0.05  # type: ignore[operator]
                for _ in range(600))
     assert 3 <= n <= 6 and hits / 600 >= 0.72
+
+
+def test_advisor_reads_the_noise_the_comparisons_method_sees() -> None:
+    """Rounds that shift both sides alike (±10%) with little noise within a round (±0.5%): the
+    paired comparison's standard error, not the groups' spread, says how many repetitions it needs."""
+    from isobench.analysis.compare import Comparison, Group
+    from isobench.analysis.summary import advise
+
+    rng = random.Random(9)
+    shifts = [math.exp(rng.gauss(0, 0.1)) for _ in range(8)]
+    base = [s * math.exp(rng.gauss(0, 0.005)) for s in shifts]
+    other = [1.05 * s * math.exp(rng.gauss(0, 0.005)) for s in shifts]
+    diffs = [math.log(o / b) for o, b in zip(other, base, strict=True)]
+    paired_se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+
+    def group(key: str, values: list[float]) -> Group:
+        return Group("w", {}, "baremetal", key, key, {}, {"e2e": values}, {"e2e": "s"})
+
+    def comparison(method: str, se: float) -> Comparison:
+        return Comparison("w", "b", "b", {}, "e2e", "a", 1.05, 1.04, 1.06, 8, True, 8, 0.001, 1.05, 1.0, "s",
+                          method, False, se=se, df=7)
+
+    groups = [group("a", base), group("b", other)]
+    unpaired = ratio_ci(other, base).se
+    [paired] = advise(groups, [comparison("paired-log", paired_se)], "a", 0.01)
+    [welch] = advise(groups, [comparison("welch-log", unpaired)], "a", 0.01)
+    assert paired.method == "paired-log" and paired.noise == pytest.approx(paired_se * 2)
+    assert paired.n_halfwidth <= 8 < 100 < welch.n_halfwidth, (paired, welch)
 
 
 # -- a store with known values ----------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ class Advice:
     n_power: int  # per group, to detect +target with 80% power
     target: float
     host: str = ""
+    #: the comparison's method (paired by round or duet, or Welch): its standard error gives ``noise``
+    method: str = ""
 
 
 @dataclass
@@ -57,6 +60,11 @@ class Analysis:
     directory: Path | None = None
 
 
+#: how the advisor's noise is read, printed above its table
+ADVISOR_NOTE = ("Noise is the per-side spread that each comparison's own method sees (paired by round or duet, "
+                "it leaves out what both sides shared); the repetitions assume it stays as it is.")
+
+
 def advise(groups: list[Group], comparisons: list[Comparison], baseline_key: str, target: float) -> list[Advice]:
     advice = []
     for c in comparisons:
@@ -70,11 +78,16 @@ def advise(groups: list[Group], comparisons: list[Comparison], baseline_key: str
         if other is None or base is None:
             continue
         sd_a, sd_b = log_sd(other.metrics.get("e2e", [])), log_sd(base.metrics.get("e2e", []))
+        if c.se is not None and c.se > 0 and c.n >= 2:
+            # The noise the comparison's own method sees: a round- or duet-paired estimate cancels
+            # what both sides shared, so its standard error (not the groups' spread) is what more
+            # repetitions shrink. Per side: SE = sqrt(2 s² / n).
+            sd_a = sd_b = c.se * math.sqrt(c.n / 2)
         if sd_a is None or sd_b is None:
             continue
         advice.append(Advice(c.workload, c.platform, c.knobs, max(sd_a, sd_b), c.n,
                              repetitions_for_halfwidth(sd_a, sd_b, target),
-                             repetitions_for_power(sd_a, sd_b, target), target, c.host))
+                             repetitions_for_power(sd_a, sd_b, target), target, c.host, c.method))
     return advice
 
 

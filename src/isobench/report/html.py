@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from isobench.analysis.stats import fmt_floor
-from isobench.analysis.summary import Analysis
+from isobench.analysis.summary import ADVISOR_NOTE, Analysis
 from isobench.analysis.verdict import fmt_margin, within_margin
 from isobench.analysis.views import Figure, Skipped, Table
 from isobench.report import figures
@@ -216,7 +216,7 @@ def render_html(analysis: Analysis) -> str:
                  f"{a.noise:.2%}", str(a.n_now), str(a.n_halfwidth),
                  str(a.n_power)] for a in analysis.advice]
         target = analysis.advice[0].target
-        parts.append("<h3>Sample-size advisor</h3>")
+        parts.append(f"<h3>Sample-size advisor</h3><p class=\"sub\">{html_text(ADVISOR_NOTE)}</p>")
         parts.append(_table(Table("advisor", "", "", ["workload", "platform", "knobs", "noise (sd of logs)",
                                                       "repetitions now", f"for a ±{target:.0%} CI",
                                                       f"to detect +{target:.0%} (80% power)"], rows)))

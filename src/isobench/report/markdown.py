@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from isobench.analysis.summary import Analysis
+from isobench.analysis.summary import ADVISOR_NOTE, Analysis
 from isobench.analysis.views import Figure, Skipped, Table
 from isobench.report.html import comparison_columns, comparison_rows, multi_host, ordered, resolve_target
 from isobench.report.plaintext import md, md_fence
@@ -40,8 +40,8 @@ def render_markdown(analysis: Analysis) -> str:
             md_table(comparison_columns(analysis), comparison_rows(analysis))]
     if analysis.advice:
         target = analysis.advice[0].target
-        out += ["", "### Sample-size advisor", "",
-                md_table(["workload", "platform", "knobs", "noise", "repetitions now", f"for a ±{target:.0%} CI",
+        out += ["", "### Sample-size advisor", "", ADVISOR_NOTE, "",
+                md_table(["workload", "platform", "knobs", "noise (sd of logs)", "repetitions now", f"for a ±{target:.0%} CI",
                           f"to detect +{target:.0%} (80% power)"],
                          [[a.workload, a.platform + (f" on {a.host}" if multi_host(analysis) else ""),
                            fmt_knobs(a.knobs), f"{a.noise:.2%}", str(a.n_now),
