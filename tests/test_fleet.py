@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from isobench.analysis.compare import Comparison, compare, floor_of, host_of, load_groups
-from isobench.analysis.fleet import fleet_rows
+from isobench.analysis.fleet import fleet_rows, resolved
 from isobench.analysis.summary import analyse
 from isobench.analysis.views import Table
 from isobench.plan import expand
@@ -130,6 +130,10 @@ def test_fleet_row_spreads_the_same_host_ratios(cluster: Path) -> None:
     assert (row.low, row.median, row.high) == pytest.approx((1.05, 1.10, 1.20))
     assert row.geomean == pytest.approx(math.prod([1.05, 1.10, 1.20]) ** (1 / 3))
     assert row.resolved == 2
+    # resolved means a verdict: an interval clear of 1 that Holm's family does not confirm is not
+    assert [resolved(c) for c in row.per_host.values()] == [True, True, False]
+    holm_lost = dataclasses.replace(row.per_host["a"], verdict="inconclusive")
+    assert holm_lost.ci_low > 1 and not resolved(holm_lost)
     text = row.headline()
     assert text.startswith("docker/runc: cpu-spin e2e 1.05–1.20× baremetal across 3 hosts (median 1.10×")
     assert "resolved on 2 of 3" in text and "highest on b" in text

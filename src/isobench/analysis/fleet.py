@@ -15,15 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from isobench.analysis.compare import Comparison, hosts_of
+from isobench.analysis.verdict import VERDICTS
 from isobench.analysis.views import Table, View
+
+#: the verdicts that resolve a difference (slower/faster, higher/lower)
+DIRECTIONS = frozenset(VERDICTS) - {"equivalent", "inconclusive"}
 
 #: metrics the fleet table spreads over hosts (probe metrics stay in their own table)
 FLEET_METRICS = ("e2e", "cell.startup")
 
 
 def resolved(c: Comparison) -> bool:
-    """The 95% CI excludes 1: this host tells the platform from its baseline."""
-    return c.ci_low is not None and c.ci_high is not None and (c.ci_low > 1 or c.ci_high < 1)
+    """This host tells the platform from its baseline: its verdict is a direction. An interval that
+    excludes 1 but does not survive Holm across the study's comparisons is not resolved."""
+    return c.verdict in DIRECTIONS
 
 
 @dataclass
