@@ -81,6 +81,18 @@ def test_export_formats(finished_study: Path, fmt: str, tmp_path: Path) -> None:
     assert len(ok_cells) == 9  # 3 platforms that work × 3 repetitions; warm-ups are not exported
 
 
+@pytest.mark.parametrize("command", [["export"], ["summary", "--json"]])
+def test_a_reader_that_leaves_early_is_not_a_failure(finished_study: Path, command: list[str]) -> None:
+    """`isobench export DIR | head`: the pipe closes before isobench writes; it stops quietly with
+    SIGPIPE's status 141 (click alone would exit 1, which `set -o pipefail` reads as a failure)."""
+    proc = subprocess.Popen([*ISOBENCH, command[0], str(finished_study), *command[1:]], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader has gone before the first byte
+    assert proc.wait(timeout=120) == 141
+    assert proc.stderr.read() == b""  # no traceback, no "Exception ignored" at exit
+
+
 def test_export_writes_stdout_without_o_or_with_dash(finished_study: Path, tmp_path: Path) -> None:
     before = sorted(p.name for p in finished_study.iterdir())
     to_file = tmp_path / "all.jsonl"

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from isobench.console import JsonOpt, console, err_console, print_json
+from isobench.console import PIPE_CLOSED, JsonOpt, console, err_console, print_json, reader_may_leave
 from isobench.errors import UserError
 from isobench.listings import platforms, probes, workloads
 from isobench.nvmsim.cli import nvmsim
@@ -204,7 +204,8 @@ def export(directory: Path,
                         fix="give -o FILE, or pipe stdout into a file or another tool")
     store = Store.open(directory)
     if target is None:
-        write(store, fmt.value, sys.stdout.buffer)
+        with reader_may_leave():
+            write(store, fmt.value, sys.stdout.buffer)
         return
     _writing(target, lambda: do_export(store, fmt.value, target))
     err_console.print(f"wrote {target}", markup=False, highlight=False)
@@ -365,7 +366,7 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:  # `isobench export DIR | head`: the reader has gone; stop quietly, as by SIGPIPE
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(141)
+        sys.exit(PIPE_CLOSED)
     except typer.TyperException as err:  # usage errors (typer's own click): unknown option, bad value
         err_console.print(_usage_error(err), markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)

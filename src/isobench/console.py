@@ -7,7 +7,10 @@ Tables and results go to stdout (``console``); progress, notes and errors to std
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
@@ -30,7 +33,23 @@ def text_of(value: object) -> str:
     return plain(value).plain if isinstance(value, Markup) else str(value)
 
 
+#: what a shell reports for a writer killed by SIGPIPE (128 + 13)
+PIPE_CLOSED = 141
+
+
+@contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """Stdout output that a reader may stop reading (``isobench export DIR | head``): stop quietly
+    with the status SIGPIPE gives, rather than click's exit 1, which a pipeline reads as a failure."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush must not fail too
+        raise typer.Exit(PIPE_CLOSED) from None
+
+
 def print_json(document: Any) -> None:
     """``document`` as indented JSON on stdout (non-JSON values, such as paths, as strings)."""
-    sys.stdout.write(json.dumps(document, indent=1, default=str) + "\n")
-    sys.stdout.flush()
+    with reader_may_leave():
+        sys.stdout.write(json.dumps(document, indent=1, default=str) + "\n")
