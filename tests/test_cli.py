@@ -93,6 +93,22 @@ def test_a_reader_that_leaves_early_is_not_a_failure(finished_study: Path, comma
     assert proc.stderr.read() == b""  # no traceback, no "Exception ignored" at exit
 
 
+def test_a_run_outlives_the_reader_of_its_progress(tmp_path: Path, tiny_spin: dict) -> None:
+    """`isobench run STUDY | head -1`: the study still runs every cell; progress stops, one note says so."""
+    need_root()
+    study = write_study(tmp_path / "s.yaml", {"name": "piped", "workloads": [tiny_spin],
+                                              "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"}],
+                                              "repetitions": 2, "warmup": 0, "probes": {}})
+    proc = subprocess.Popen([*ISOBENCH, "run", str(study), "--out", str(tmp_path / "out")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    assert proc.wait(timeout=300) == 0
+    assert "stdout's reader closed the pipe; the study goes on" in proc.stderr.read().decode()
+    records = json.loads(run_cli("summary", str(tmp_path / "out"), "--json", check=True).stdout)
+    assert [r["n"] for r in records if r.get("metric") == "e2e"] == [2]
+
+
 def test_export_writes_stdout_without_o_or_with_dash(finished_study: Path, tmp_path: Path) -> None:
     before = sorted(p.name for p in finished_study.iterdir())
     to_file = tmp_path / "all.jsonl"

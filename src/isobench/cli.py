@@ -15,7 +15,15 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from isobench.console import PIPE_CLOSED, JsonOpt, console, err_console, print_json, reader_may_leave
+from isobench.console import (
+    PIPE_CLOSED,
+    JsonOpt,
+    console,
+    err_console,
+    outlive_reader,
+    print_json,
+    reader_may_leave,
+)
 from isobench.errors import UserError
 from isobench.listings import platforms, probes, workloads
 from isobench.nvmsim.cli import nvmsim
@@ -75,23 +83,25 @@ def run(ctx: typer.Context, study: StudyArg = None,
     else:
         text, name = (None, None) if (resume and study is None) else _read_study(study)
     progress = err_console if as_json else console  # with --json, stdout holds only the records
-    try:
-        if ray is not None:
-            from isobench.runner.cluster import run_study_on_ray
+    with outlive_reader():
+        try:
+            if ray is not None:
+                from isobench.runner.cluster import run_study_on_ray
 
-            directory = run_study_on_ray(text, name, out, resume, progress, ray, allow_unauthenticated)
-        else:
-            directory = run_study(text, name, out, resume, progress)
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
-    if as_json:
-        summary(directory, as_json=True)
-        err_console.print(f"results: {directory} (isobench summary {directory})", markup=False, highlight=False)
-        return
-    store = Store.open(directory)
-    # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
-    print_summary(store, [c for c in compare(store) if not c.emulated], console)
-    console.print(markup("results: [bold]{}[/] (isobench summary {})", directory, directory))
+                directory = run_study_on_ray(text, name, out, resume, progress, ray, allow_unauthenticated)
+            else:
+                directory = run_study(text, name, out, resume, progress)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        if as_json:
+            summary(directory, as_json=True)
+            err_console.print(f"results: {directory} (isobench summary {directory})", markup=False,
+                              highlight=False)
+            return
+        store = Store.open(directory)
+        # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
+        print_summary(store, [c for c in compare(store) if not c.emulated], console)
+        console.print(markup("results: [bold]{}[/] (isobench summary {})", directory, directory))
 
 
 @app.command()

@@ -49,6 +49,49 @@ def reader_may_leave() -> Iterator[None]:
         raise typer.Exit(PIPE_CLOSED) from None
 
 
+class _OutlivesItsReader:
+    """Stdout for a long command: when its reader closes the pipe, output stops and the work goes on."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def _reader_gone(self) -> None:
+        self.gone = True
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        err_console.print("note: stdout's reader closed the pipe; the study goes on without printing, and "
+                          "`isobench summary DIR` reads its results", markup=False, highlight=False)
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._reader_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def outlive_reader() -> Iterator[None]:
+    """``isobench run STUDY | head``: a closed pipe must not end a study mid-way (click would exit 1
+    at the next progress line, with cells left to run); progress stops, the study finishes."""
+    original, sys.stdout = sys.stdout, _OutlivesItsReader(sys.stdout)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout = original
+
+
 def print_json(document: Any) -> None:
     """``document`` as indented JSON on stdout (non-JSON values, such as paths, as strings)."""
     with reader_may_leave():
