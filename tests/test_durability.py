@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from isobench.liveness import boot_id
 from isobench.plan import expand
 from isobench.studyfile import load_study
 from tests.conftest import need_docker, need_root, need_tool, run_cli, wait_for, write_study
@@ -104,13 +106,45 @@ def test_interrupt_during_a_cell_leaves_nothing(platform: str, how: int, tmp_pat
             return bool(containers())
         if platform.startswith("oci-"):
             return any(not s.startswith("bundles/") for s in oci_state())
-        return any(Path(p, "isobench").exists() for p in ["/sys/fs/cgroup/cpu"])
+        # The runner's own cgroup, with a cell in it: the parent `isobench` may belong to this test
+        # process (it runs cells in other tests), so it says nothing about the runner.
+        own = Path("/sys/fs/cgroup/cpu/isobench", f"{runner.pid}-{boot_id()[:8]}")
+        return own.is_dir() and any(p.is_dir() for p in own.iterdir())
 
     wait_for(cell_running, 60, "the cell to start")
     time.sleep(1.0)
     runner.send_signal(how)
     code = runner.wait(timeout=60)
     assert code == 130, runner.stderr.read().decode() if runner.stderr else code
+    assert not all_leftovers()
+
+
+def test_sigterm_during_set_up_restores_what_set_up_changed(tmp_path: Path) -> None:
+    """SIGTERM right after the harness pinned the engine daemons to its core, before any cell (fault
+    injected by wrapping the step that follows): the runner unwinds as on Ctrl-C, exit 130, the
+    daemons' affinity is back and nothing is left. Before, the default action killed it there."""
+    need_docker()
+    from isobench.runner.harness import engine_pids
+
+    before = {pid: sorted(os.sched_getaffinity(pid)) for pid in engine_pids()}
+    assert before, "no container engine daemon to pin"
+    study = write_study(tmp_path / "s.yaml", {"name": "early", "workloads": [LONG_SPIN],
+                                              "platforms": [{"name": "baremetal"}, {"name": "docker"}],
+                                              "repetitions": 1, "warmup": 0, "probes": {}})
+    code = ("import os, signal, sys\n"
+            "import isobench.runner.study as study\n"
+            "def pinned_then_terminated(facts):\n"
+            "    print('engine:', facts['engine'], file=sys.stderr, flush=True)\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    return 'unreachable'\n"
+            "study.describe_layout = pinned_then_terminated\n"
+            "from isobench.cli import main\n"
+            f"sys.argv = ['isobench', 'run', {str(study)!r}, '--out', {str(tmp_path / 'out')!r}]\n"
+            "main()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 130, result.stdout + result.stderr
+    assert "engine: pinned" in result.stderr and "interrupted" in result.stdout, result.stdout + result.stderr
+    assert {pid: sorted(os.sched_getaffinity(pid)) for pid in engine_pids()} == before
     assert not all_leftovers()
 
 

@@ -106,6 +106,14 @@ def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: St
 
 def run_study(study_text: str | None, file: str | None, out: Path | None, resume: bool,
               console: Console) -> Path:
+    # From the first step that can change the host (sweeps, images, pinning), SIGTERM unwinds like
+    # Ctrl-C: a signal during set-up must restore what set-up changed, as one during a cell does.
+    with sigterm_as_interrupt():
+        return _run_study(study_text, file, out, resume, console)
+
+
+def _run_study(study_text: str | None, file: str | None, out: Path | None, resume: bool,
+               console: Console) -> Path:
     study, study_text, file, out, store = open_store(study_text, file, out, resume)
     platforms = check_platforms(study, file)
     plan = expand(study)
@@ -119,27 +127,26 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
         console.print(markup("[yellow]removed a leftover of an earlier run:[/] {}" if kind == "removed" else
                              "[yellow]host state left by an earlier run:[/] {}", what))
 
-    data_paths = prepare_data(todo)
-    for platform in platforms.values():
-        platform.prepare()
-    if store is None:
-        store = create_store(out, study, study_text, file, platforms={
-            key: {"display": p.display(), **p.fingerprint()} for key, p in platforms.items()})
-    console.print(markup("study [bold]{}[/]: {} cells ({} already done, {} to run) -> {}", study.name, len(plan),
-                         len(done), len(todo), out))
-
     failures = 0
-    layout = core_layout(study)
-    pin_engine = any(p.uses_engine for p in platforms.values())
     harness = contextlib.ExitStack()
-    facts = harness.enter_context(harness_on_its_cores(layout, pin_engine))
-    if store.meta("cores") is None:
-        store.set_meta("cores", json.dumps(facts))
-    console.print(markup("cores: {}", describe_layout(facts)))
-    progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                        TimeRemainingColumn(), console=console, transient=False)  # labels are plain text
     try:
-        with sigterm_as_interrupt(), progress:
+        data_paths = prepare_data(todo)
+        for platform in platforms.values():
+            platform.prepare()
+        if store is None:
+            store = create_store(out, study, study_text, file, platforms={
+                key: {"display": p.display(), **p.fingerprint()} for key, p in platforms.items()})
+        console.print(markup("study [bold]{}[/]: {} cells ({} already done, {} to run) -> {}", study.name,
+                             len(plan), len(done), len(todo), out))
+        layout = core_layout(study)
+        pin_engine = any(p.uses_engine for p in platforms.values())
+        facts = harness.enter_context(harness_on_its_cores(layout, pin_engine))
+        if store.meta("cores") is None:
+            store.set_meta("cores", json.dumps(facts))
+        console.print(markup("cores: {}", describe_layout(facts)))
+        progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                            TimeRemainingColumn(), console=console, transient=False)  # labels are plain text
+        with progress:
             task = progress.add_task("running", total=len(plan), completed=len(done))
             # `repetitions: auto` appends rounds while comparisons are too wide (runner/adaptive.py)
             grow = lambda n: progress.update(task, total=(progress.tasks[0].total or 0) + n)  # noqa: E731
@@ -172,7 +179,8 @@ def run_study(study_text: str | None, file: str | None, out: Path | None, resume
         for platform in platforms.values():
             platform.cleanup()
         tidy_up()
-        store.close()
+        if store is not None:
+            store.close()
     if failures:
         console.print(markup("[red]{} cell(s) failed[/]; `isobench summary {}` lists them", failures, out))
     return out
