@@ -85,7 +85,8 @@ def test_train_then_deploy_and_serve_on_bare_metal_and_docker(tmp_path: Path) ->
         for phases in by_item.values():  # connect + server phases + transport is the client's e2e
             assert sum(v for k, v in phases.items() if k != "e2e") == pytest.approx(phases["e2e"], rel=1e-6)
     from isobench.liveness import runner_tag
-    from isobench.platforms.docker import LABEL_RUNNER, docker
+    from isobench.platforms.docker import LABEL_RUNNER
+    from isobench.platforms.dockercli import docker
 
     left = docker("ps", "-aq", "--filter", f"label={LABEL_RUNNER}={runner_tag()}").stdout.strip()
     assert left == ""  # no container of this runner outlives its cell

@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from isobench.platforms.dockercli import docker
 from isobench.platforms.hostmirror import data_root
 
 if TYPE_CHECKING:
@@ -26,8 +27,8 @@ VOLUME_PREFIX = "isobench-data-"
 FILLED_MARK = ".isobench-filled"
 
 
-def _docker(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=False)
+def _docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return docker(*args, timeout=600, check=False)  # a data copy may take minutes; callers read the status
 
 
 def volume_name(data_dir: str) -> str:

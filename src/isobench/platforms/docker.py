@@ -27,6 +27,7 @@ from isobench.platforms.base import (
     kill_process_group,
 )
 from isobench.platforms.datapath import copy_into, mount_args
+from isobench.platforms.dockercli import docker
 from isobench.platforms.engineconfig import daemon_json_path, merge_runtime, reload_engines
 from isobench.platforms.hostmirror import (
     cell_mounts,
@@ -43,10 +44,6 @@ LABEL_RUNNER = "isobench.runner"
 SERVE_NETWORK = "isobench-net"
 NETWORK_OPTIONS = ("bridge", "host")
 ENGINE_HINT = "start one with `./isobench.sh setup` or `dockerd --iptables=false --bridge=none &`"
-
-
-def docker(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=check)
 
 
 def engine_problem() -> str | None:

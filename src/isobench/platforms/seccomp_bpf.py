@@ -61,7 +61,7 @@ def read_filters(pid: int) -> list[bytes]:
 
 def docker_default_filter(image: str, runner_label: tuple[str, str]) -> Path:
     """Path of the cached BPF program of Docker's default profile (dumped once per engine version)."""
-    from isobench.platforms.docker import docker
+    from isobench.platforms.dockercli import docker
 
     version = docker("version", "--format", "{{.Server.Version}}").stdout.strip()
     target = cache_root() / "seccomp" / f"docker-{version}-{platform.machine()}.bpf"

@@ -24,7 +24,8 @@ class NoMeter(RuntimeError):
 def idle_container(seconds: float) -> Iterator[str]:
     """A host-mirror container that only sleeps, removed on every exit path."""
     from isobench.liveness import runner_tag
-    from isobench.platforms.docker import LABEL_RUNNER, Docker, docker
+    from isobench.platforms.docker import LABEL_RUNNER, Docker
+    from isobench.platforms.dockercli import docker
     from isobench.study.model import PlatformEntry
 
     platform = Docker(PlatformEntry(name="docker"))
