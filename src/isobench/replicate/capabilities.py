@@ -54,25 +54,21 @@ def _ftrace() -> str | None:
     return "no tracefs write-back events"
 
 
-def _docker() -> str | None:
-    if not shutil.which("docker"):
-        return "no Docker engine"
-    done = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
-                          timeout=30, check=False)
-    return None if done.returncode == 0 else "the Docker engine is not running (./isobench.sh setup starts it)"
+def _platform(name: str) -> Callable[[], str | None]:
+    """The platform's own availability check: one answer for `isobench platforms`, a study and here."""
 
+    def probe() -> str | None:
+        from isobench.platforms import PLATFORMS
 
-def _gvisor() -> str | None:
-    if _docker() is not None:
-        return _docker()
-    done = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"], capture_output=True, text=True,
-                          timeout=30, check=False)
-    return None if "runsc" in done.stdout else "gVisor's runsc is not registered with Docker"
+        found = PLATFORMS.get(name).check()
+        return None if found.ok else found.reason
+
+    return probe
 
 
 PROBES: dict[str, Callable[[], str | None]] = {
     "gpu": _gpu, "kvm": _kvm, "perf-hardware": _perf_hardware, "rapl": _rapl, "ftrace": _ftrace,
-    "docker": _docker, "gvisor": _gvisor,
+    "docker": _platform("docker"), "gvisor": _platform("gvisor"),
 }
 
 
