@@ -128,7 +128,7 @@ def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
         result["judged_on"] = f"steal only: {co_tenants} co-tenant(s) share these cores by design"
     # /proc/stat counts in ticks (10 ms): a shorter window cannot tell a neighbour from rounding
     result["contaminated"] = lost > threshold and window >= MIN_JUDGED_WINDOW_S
-    result["kind"] = "steal" if steal > result.get("other_cpu_s", 0.0) else "other tasks"
+    result["kind"] = "steal" if co_tenants or steal > result.get("other_cpu_s", 0.0) else "other tasks"
     if window < MIN_JUDGED_WINDOW_S:
         result["note"] = f"window under {MIN_JUDGED_WINDOW_S:g} s: too short to judge contamination"
     if result["contaminated"]:
