@@ -16,7 +16,6 @@ import typer
 from rich.table import Table
 
 from isobench.console import (
-    PIPE_CLOSED,
     JsonOpt,
     console,
     err_console,
@@ -361,8 +360,8 @@ def _usage_error(err: Exception) -> str:
 
 
 def main() -> None:
-    import os
-
+    # A broken pipe never reaches here: click turns it into exit 1 inside app(); the outputs a
+    # reader may leave early handle it themselves (console.reader_may_leave, outlive_reader).
     try:
         # Without standalone mode click returns an Exit's code instead of raising it.
         code = app(standalone_mode=False)
@@ -374,9 +373,6 @@ def main() -> None:
         sys.exit(exit_.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(130)
-    except BrokenPipeError:  # `isobench export DIR | head`: the reader has gone; stop quietly, as by SIGPIPE
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(PIPE_CLOSED)
     except typer.TyperException as err:  # usage errors (typer's own click): unknown option, bad value
         err_console.print(_usage_error(err), markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -37,15 +37,21 @@ def text_of(value: object) -> str:
 PIPE_CLOSED = 141
 
 
+def _point_stdout_at_devnull(fd: int) -> None:
+    """The reader has gone: later writes, and the flush at exit, go nowhere instead of failing."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+
+
 @contextmanager
 def reader_may_leave() -> Iterator[None]:
     """Stdout output that a reader may stop reading (``isobench export DIR | head``): stop quietly
-    with the status SIGPIPE gives, rather than click's exit 1, which a pipeline reads as a failure."""
+    with the status SIGPIPE gives. Left alone, click turns the broken pipe into exit 1, which a
+    pipeline reads as a failure."""
     try:
         yield
         sys.stdout.flush()
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush must not fail too
+        _point_stdout_at_devnull(sys.stdout.fileno())
         raise typer.Exit(PIPE_CLOSED) from None
 
 
@@ -58,7 +64,7 @@ class _OutlivesItsReader:
 
     def _reader_gone(self) -> None:
         self.gone = True
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        _point_stdout_at_devnull(self._stream.fileno())
         err_console.print("note: stdout's reader closed the pipe; the study goes on without printing, and "
                           "`isobench summary DIR` reads its results", markup=False, highlight=False)
 
