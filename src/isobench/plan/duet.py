@@ -8,8 +8,8 @@ every compared group, one pair: that group's cell and a baseline cell of its own
 (plan/cores.py) and swap sides every round, so a side's own speed cancels out as well.
 
 Pair members carry a ``Cell.duet`` (:class:`~isobench.plan.cells.DuetInfo`: the pair's id,
-the compared group, the side (0 or 1) and the other member's platform entry); they stay next to each other in the plan and start behind one barrier
-(runner/duet.py).
+the compared group, the side (0 or 1) and the other member's platform entry); they stay next
+to each other in the plan and start behind one barrier (runner/tenancy.py).
 """
 
 from __future__ import annotations

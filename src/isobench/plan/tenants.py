@@ -3,9 +3,9 @@
 ``tenants: N`` on a platform entry (or the study) turns each of the entry's cells into a
 group of N cells with the same workload; ``tenants: [a, b, b]`` (workload keys) makes one
 group per round of one cell per listed workload (mixed tenants). Members get the id of
-the cell they replace plus ``/t<i>`` and carry ``tenant``, ``tenants`` and
-a ``Cell.tenant`` (:class:`~isobench.plan.cells.TenantInfo`); they stay next to each other in the plan, so the
-runner can start them together and store them in one transaction.
+the cell they replace plus ``/t<i>`` and carry a ``Cell.tenant``
+(:class:`~isobench.plan.cells.TenantInfo`: index, count, group); they stay next to each other
+in the plan, so the runner can start them together and store them in one transaction.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from collections.abc import Iterable
 
 
 def cpu_times() -> tuple[int, int]:
@@ -17,8 +18,14 @@ def steal_since(start: tuple[int, int]) -> float:
     return (steal - start[0]) / max(1, total - start[1])
 
 
+def fmt_loadavg(values: Iterable[float]) -> str:
+    """The 1/5/15-minute load averages as /proc/loadavg writes them."""
+    return " ".join(f"{v:.2f}" for v in values)
+
+
 def loadavg() -> str:
+    """Now, read as the host fingerprint reads it (os.getloadavg)."""
     try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        return fmt_loadavg(os.getloadavg())
     except OSError:
         return "unknown"

@@ -21,6 +21,7 @@ from isobench.analysis.finding_spec import PAPERS, PaperFindings, load_findings
 from isobench.analysis.findings import FindingResult, evaluate
 from isobench.errors import UserError
 from isobench.replicate.capabilities import missing_capabilities
+from isobench.replicate.hostload import fmt_loadavg
 from isobench.report.plaintext import markup
 from isobench.store import Store
 
@@ -117,7 +118,7 @@ def host_load(directories: list[Path]) -> tuple[str, float | None]:
         try:
             host = store.host()
             if not load and isinstance(host.get("loadavg_at_start"), list):
-                load = " ".join(f"{v:.2f}" for v in host["loadavg_at_start"])
+                load = fmt_loadavg(host["loadavg_at_start"])
             for row in store.conn.execute("SELECT platform_info FROM cells WHERE platform_info IS NOT NULL"):
                 info = json.loads(row["platform_info"]).get("interference") or {}
                 if info.get("window_s") and info.get("cores"):
