@@ -15,11 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from isobench.analysis.compare import Comparison, hosts_of
-from isobench.analysis.verdict import VERDICTS
+from isobench.analysis.verdict import DIRECTIONS
 from isobench.analysis.views import Table, View
-
-#: the verdicts that resolve a difference (slower/faster, higher/lower)
-DIRECTIONS = frozenset(VERDICTS) - {"equivalent", "inconclusive"}
 
 #: metrics the fleet table spreads over hosts (probe metrics stay in their own table)
 FLEET_METRICS = ("e2e", "cell.startup")

@@ -35,6 +35,8 @@ ALPHA = 0.05
 MAX_NEEDED = 10_000
 
 VERDICTS = ("slower", "faster", "higher", "lower", "equivalent", "inconclusive")
+#: the verdicts that resolve a difference (a direction: slower/faster for times, higher/lower otherwise)
+DIRECTIONS = frozenset(VERDICTS[:4])
 
 
 def margin_of(study: object) -> float:

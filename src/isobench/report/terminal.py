@@ -9,7 +9,7 @@ from rich.table import Table
 
 from isobench.analysis.compare import Comparison, hosts_of, phase_attribution
 from isobench.analysis.stats import fmt_floor, fmt_seconds
-from isobench.analysis.verdict import MAX_NEEDED, fmt_margin, within_margin
+from isobench.analysis.verdict import DIRECTIONS, MAX_NEEDED, fmt_margin, within_margin
 from isobench.report.plaintext import Markup, markup, plain
 from isobench.store import Store
 
@@ -64,7 +64,7 @@ def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None
         return text + _cpu_clause(c, comparisons)
     ci = f"95% CI {fmt_ci(c)}" if c.ci_low is not None else "no CI: fewer than 2 repetitions"
     text = f"{head} {c.ratio:.2f}× {c.baseline} ({ci}, n={c.n}{how})"
-    if c.verdict in ("slower", "faster", "higher", "lower"):
+    if c.verdict in DIRECTIONS:
         text += f": {c.effect}" if c.effect else f": {c.verdict}"
         if within_margin(c):
             text += f", within the {fmt_margin(c.margin)} equivalence margin"
