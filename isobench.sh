@@ -39,7 +39,7 @@ find_python() {
 
 setup_venv() {
   local stamp="$VENV/.isobench-installed" want
-  want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+  want="$(cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" | sha256sum | cut -d' ' -f1)"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$VENV/bin/isobench" ]]; then return; fi
   if [[ ! -x "$VENV/bin/python" ]]; then
     local py; py="$(find_python)"
@@ -49,22 +49,52 @@ setup_venv() {
     "$py" -m venv "$VENV"
   fi
   log "installing isobench and its pinned dependencies (torch 2.14.1, torchvision 0.29.1)"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -e "$ROOT[test]"
+  # constraints.txt: the versions the tests last passed with. One retry: a registry hiccup
+  # mid-download should not cost a whole CI run.
+  local pip=("$VENV/bin/pip" install -q --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$ROOT[test]")
+  "${pip[@]}" || { log "pip failed; trying once more"; sleep 5; "${pip[@]}"; }
   echo "$want" > "$stamp"
 }
 
-start_docker() {
-  if docker info >/dev/null 2>&1; then return; fi
-  if [[ $EUID -ne 0 ]]; then log "no Docker engine answers and only root can start one"; return; fi
-  log "starting dockerd (log: /var/log/isobench-dockerd.log)"
-  mkdir -p /var/log
-  # Detached (own session, no inherited stdio) so it outlives this script without holding its pipes.
-  setsid nohup dockerd --iptables=false --bridge=none </dev/null >/var/log/isobench-dockerd.log 2>&1 &
-  for _ in $(seq 1 60); do
-    docker info >/dev/null 2>&1 && return
+DOCKERD_LOG=/var/log/isobench-dockerd.log
+DOCKERD_PIDFILE=/var/run/docker.pid
+engine_answers() { docker info >/dev/null 2>&1; }
+
+# Wait up to $1 seconds for the engine to answer; give up early once no dockerd is left.
+wait_for_engine() {
+  local deadline=$((SECONDS + $1))
+  while ((SECONDS < deadline)); do
+    engine_answers && return 0
+    pgrep -x dockerd >/dev/null || return 1
     sleep 0.5
   done
-  log "dockerd did not come up; see /var/log/isobench-dockerd.log"; exit 1
+  return 1
+}
+
+start_docker() {
+  engine_answers && return
+  if [[ $EUID -ne 0 ]]; then log "no Docker engine answers and only root can start one"; return; fi
+  # A dockerd that is still starting, or still shutting down after its session was ended, holds
+  # the pid file: a second one would refuse to start. Wait for it to answer or to go.
+  if pgrep -x dockerd >/dev/null; then
+    log "a dockerd is running but not answering yet; waiting for it"
+    wait_for_engine 60 && return
+    if pgrep -x dockerd >/dev/null; then
+      log "dockerd $(pgrep -x dockerd | tr '\n' ' ')does not answer after 60 s: stop it, or see $DOCKERD_LOG"
+      exit 1
+    fi
+  fi
+  # A pid file left by a killed dockerd can name a pid that a later process took: dockerd then
+  # refuses to start. No dockerd runs now (checked above), so the file is stale.
+  rm -f "$DOCKERD_PIDFILE"
+  log "starting dockerd (log: $DOCKERD_LOG)"
+  mkdir -p "$(dirname "$DOCKERD_LOG")"
+  # Detached (own session, no inherited stdio) so it outlives this script without holding its pipes.
+  setsid nohup dockerd --iptables=false --bridge=none </dev/null >"$DOCKERD_LOG" 2>&1 &
+  wait_for_engine 120 && return
+  log "dockerd did not come up; the end of $DOCKERD_LOG:"
+  tail -n 15 "$DOCKERD_LOG" >&2 || true
+  exit 1
 }
 
 setup_vm_guest() {
