@@ -104,7 +104,8 @@ def probe_outcome(key: str, rep: int) -> ProbeOutcome:
 
 
 def build(directory: Path, host: dict[str, Any] | None = None, study_text: str = STUDY,
-          scale: float = 1.0) -> Path:
+          scale: float | dict[str, float] = 1.0) -> Path:
+    """``scale``: every phase times this; a dict scales each workload (by key) on its own."""
     study = load_study_text(study_text, "known.yaml", check_host=False)
     host = host or {"governor": "powersave", "turbo": True, "cores": 2, "loadavg_at_start": [0.1, 0.1, 0.1],
                     "cpu_model": "test CPU", "kernel": "6.1.0-test"}
@@ -112,7 +113,8 @@ def build(directory: Path, host: dict[str, Any] | None = None, study_text: str =
     keys = [p.key for p in study.platforms]
     for cell in expand(study):
         offset = keys.index(cell.platform_key)
-        phases = {k: v * scale for k, v in phases_for(cell.platform_key, cell.rep, offset).items()}
+        factor = scale.get(cell.workload_key, 1.0) if isinstance(scale, dict) else scale
+        phases = {k: v * factor for k, v in phases_for(cell.platform_key, cell.rep, offset).items()}
         items = [{"i": i, "e2e": sum(phases.values()), "phases": phases} for i in range(4)]
         outcome = CellOutcome(cell=cell, status="ok", exit_code=0, error=None, stderr_tail="", started_at=0.0,
                               wall_s=1.0, startup_s=0.2 if cell.platform == "baremetal" else 0.6,

@@ -139,6 +139,53 @@ def test_what_cannot_be_tested_says_why(known: Path) -> None:
     assert not_run.verdict == UNTESTABLE and "was not run" in not_run.reason
 
 
+def test_a_check_can_compare_two_workloads_on_one_platform(tmp_path: Path) -> None:
+    # F8's shape: the same model on the CPU and on the GPU, as two workloads of one platform; the
+    # "gpu" workload's forward pass is 6x faster and its other phases 1.5x
+    two = report_store.STUDY.replace("""workloads:
+  - name: lenet-train
+    params: {steps: 10, batch_size: 8}
+""", """workloads:
+  - {name: lenet-train, label: cpu, params: {steps: 10, batch_size: 8}}
+  - {name: lenet-train, label: gpu, params: {steps: 10, batch_size: 9}}
+""")
+    directory = report_store.build(tmp_path / "two", study_text=two, scale={"cpu": 6.0, "gpu": 1.0})
+    paper = parse_findings(spec("""
+      - {what: forward CPU / GPU, workload: cpu, against_workload: gpu, platform: baremetal,
+         metric: phase.forward, expect: "> 5.0"}
+      - {what: E2E speed-up over forward speed-up, kind: ratio_of_ratios, workload: cpu, against_workload: gpu,
+         platform: baremetal, metric: e2e, other: {workload: cpu, against_workload: gpu, platform: baremetal,
+         metric: phase.forward}, expect: "< 1.5"}
+"""), "t.yaml")
+    result = evaluate(paper, {"known": directory}, {})[0]
+    forward, ratio = result.checks
+    assert forward.estimate == pytest.approx(6.0) and forward.verdict == HOLDS
+    assert ratio.estimate == pytest.approx(1.0) and result.verdict == HOLDS
+    # without against_workload the same check compares the workload with itself on the baseline
+    same = evaluate(parse_findings(spec("""
+      - {what: forward, workload: cpu, platform: baremetal, metric: phase.forward, expect: "> 5.0"}
+"""), "t.yaml"), {"known": directory}, {})[0]
+    assert same.checks[0].estimate == pytest.approx(1.0) and same.verdict == FAILS
+
+
+def test_a_study_this_host_cannot_run_is_skipped_and_says_why() -> None:
+    from isobench.replicate.run import unrunnable
+
+    paper = load_findings("samani-salehi")
+    no_gpu = {"gpu": "no GPU (no NVIDIA device or driver on this host)"}
+    assert unrunnable(paper, no_gpu) == {"samani-salehi-gpu": no_gpu["gpu"]}
+    assert unrunnable(paper, {"docker": "no engine"}) == {"samani-salehi": "no engine"}
+    assert unrunnable(paper, {}) == {}
+    f8 = next(f for f in evaluate(paper, {}, no_gpu, unrunnable(paper, no_gpu)) if f.id == "F8")
+    assert f8.verdict == UNTESTABLE and f8.reason == no_gpu["gpu"]
+    # the CPU study skipped (no Docker): F7 says so instead of "was not run"
+    f7 = next(f for f in evaluate(paper, {}, {}, {"samani-salehi": "no engine"}) if f.id == "F7")
+    assert f7.verdict == UNTESTABLE and f7.reason == "no engine"
+    with pytest.raises(UserError, match="study_needs"):
+        parse_findings(spec("      - {what: x, workload: w, platform: p}\n").replace(
+            "studies: [known]", "studies: [known]\nstudy_needs: {other: [gpu]}"), "t.yaml")
+
+
 def test_this_hosts_missing_gpu_is_named() -> None:
     missing = missing_capabilities({"gpu", "rapl"})
     has_gpu = os.path.exists("/dev/nvidiactl")

@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 
 from isobench.analysis.finding_spec import load_findings
+from isobench.replicate.run import unrunnable
 from isobench.schema import finding_record
 from tests.conftest import need_docker, need_root, run_cli
 
@@ -31,8 +32,14 @@ def test_quick_replication_prints_a_verdict_per_finding(paper: str, tmp_path: Pa
         assert record["verdict"] in VERDICTS and record["paper"] == paper
         if record["verdict"] == "cannot be tested here":
             assert record["reason"]  # always says why
-    # each study is an ordinary results directory, with what the host lacked beside it
+    # each study is an ordinary results directory, with what the host lacked beside it; a study
+    # whose needs this host lacks (the GPU study on a CPU host) is not run, and says why
+    skipped = document["papers"][0]["skipped"]
+    assert set(skipped) == set(unrunnable(load_findings(paper), document["papers"][0]["missing"]))
     for study in load_findings(paper).studies:
+        if study in skipped:
+            assert not (out / paper / study).exists() and f"study {study} is not run here" in done.stderr
+            continue
         assert (out / paper / study / "isobench.sqlite").exists()
         assert isinstance(json.loads((out / paper / study / "capabilities.json").read_text()), dict)
     assert json.loads((out / "replication.json").read_text())["findings"] == [

@@ -5,6 +5,7 @@ Each built-in replication has a file ``studies/findings/<paper>.yaml`` beside it
     paper: prashanthi-2023
     title: "Prashanthi et al. 2023, ..."
     studies: [prashanthi-2023]          # the studies `isobench replicate` runs for it
+    study_needs: {prashanthi-2023: [docker]}   # a study this host cannot run is skipped, saying why
     quick: {prashanthi-2023: {...}}     # top-level study fields replaced for --quick (toy size)
     findings:
       - id: F1
@@ -32,7 +33,7 @@ from importlib import resources
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from isobench.errors import UserError
 
@@ -42,6 +43,13 @@ CAPABILITIES = ("gpu", "kvm", "perf-hardware", "rapl", "ftrace", "docker", "gvis
 KINDS = ("ratio", "ratio_of_ratios", "value", "difference", "largest", "nvmsim")
 
 _EXPECT = re.compile(r"^\s*(?:(>|<)\s*(-?[0-9.eE+-]+)|within\s+([0-9.]+))\s*$")
+
+
+def _known_capabilities(value: list[str]) -> list[str]:
+    unknown = [v for v in value if v not in CAPABILITIES]
+    if unknown:
+        raise ValueError(f"unknown capability {unknown[0]!r}; known: {', '.join(CAPABILITIES)}")
+    return value
 
 
 class Expectation(BaseModel):
@@ -75,6 +83,9 @@ class Side(BaseModel):
     platform: str
     #: the reference platform (label); default: the study's baseline
     against: str | None = None
+    #: the reference workload (key); default: the same workload (a platform comparison). Another
+    #: workload on the same platform compares two settings, e.g. inference on the CPU over the GPU
+    against_workload: str | None = None
     #: one metric, or several summed per cell (e.g. the compute phases)
     metric: str | list[str] = "e2e"
     #: divide each cell's metric by this one of the same cell (a share)
@@ -113,10 +124,7 @@ class Check(Side):
     @field_validator("needs")
     @classmethod
     def _needs(cls, value: list[str]) -> list[str]:
-        unknown = [v for v in value if v not in CAPABILITIES]
-        if unknown:
-            raise ValueError(f"unknown capability {unknown[0]!r}; known: {', '.join(CAPABILITIES)}")
-        return value
+        return _known_capabilities(value)
 
     @property
     def expectation(self) -> Expectation:
@@ -145,8 +153,19 @@ class PaperFindings(BaseModel):
     paper: str
     title: str
     studies: list[str]
+    #: study -> what the host must have for it to run at all; a study whose needs the host lacks
+    #: is not run, and the checks that read it cannot be tested (a GPU study on a CPU host)
+    study_needs: dict[str, list[str]] = Field(default_factory=dict)
     quick: dict[str, dict[str, object]] = Field(default_factory=dict)
     findings: list[Finding]
+
+    @model_validator(mode="after")
+    def _study_needs(self) -> PaperFindings:
+        for study, needs in self.study_needs.items():
+            if study not in self.studies:
+                raise ValueError(f"study_needs names {study!r}, which is not among studies")
+            _known_capabilities(needs)
+        return self
 
 
 PAPERS = ("park-bahn-2023", "prashanthi-2023", "samani-salehi", "siddaramanna-john")

@@ -104,11 +104,15 @@ class Untestable(Exception):
 class Sources:
     """The studies' stores, opened once, with their groups and baselines."""
 
-    def __init__(self, directories: dict[str, Path]) -> None:
+    def __init__(self, directories: dict[str, Path], skipped: dict[str, str] | None = None) -> None:
         self.directories = directories
+        #: study -> why it was not run on this host
+        self.skipped = skipped or {}
         self._cache: dict[str, tuple[list[Group], str]] = {}
 
     def groups(self, study: str) -> tuple[list[Group], str]:
+        if study in self.skipped:
+            raise Untestable(self.skipped[study])
         if study not in self._cache:
             directory = self.directories.get(study)
             if directory is None or not Store.exists(directory):
@@ -160,7 +164,7 @@ def _points(group: Group, metric: str | list[str], per: str | None) -> list[Poin
 def _sides(sources: Sources, side: Side, default_study: str) -> tuple[list[Point], list[Point], str]:
     groups, baseline = sources.groups(side.study or default_study)
     sample = _group(groups, side.workload, side.platform, side.knobs)
-    reference = _group(groups, side.workload, side.against or baseline, side.knobs)
+    reference = _group(groups, side.against_workload or side.workload, side.against or baseline, side.knobs)
     return (_points(sample, side.metric, side.per), _points(reference, side.metric, side.per),
             side.platform)
 
@@ -269,6 +273,8 @@ def _nvmsim(sources: Sources, check: Check, default_study: str) -> CheckResult:
 
     study = check.study or default_study
     directory = sources.directories.get(study)
+    if study in sources.skipped:
+        raise Untestable(sources.skipped[study])
     if directory is None or not Store.exists(directory):
         raise Untestable(f"study {study} was not run")
     traces = [t for t in cell_traces(directory) if len(t.trace)]
@@ -403,10 +409,12 @@ def evaluate_finding(sources: Sources, paper: PaperFindings, finding: Finding, m
                          verdict, here, reason, needed, results)
 
 
-def evaluate(paper: PaperFindings, directories: dict[str, Path], missing: dict[str, str]) -> list[FindingResult]:
+def evaluate(paper: PaperFindings, directories: dict[str, Path], missing: dict[str, str],
+             skipped: dict[str, str] | None = None) -> list[FindingResult]:
     """Every finding of ``paper``; ``directories`` maps study name -> its results directory,
-    ``missing`` maps each capability the host lacks -> why (see replicate/capabilities.py)."""
-    sources = Sources(directories)
+    ``missing`` maps each capability the host lacks -> why (see replicate/capabilities.py), and
+    ``skipped`` each study not run here (its ``study_needs`` unmet) -> why."""
+    sources = Sources(directories, skipped)
     return [evaluate_finding(sources, paper, f, missing) for f in paper.findings]
 
 

@@ -24,7 +24,8 @@ def replicate_command(paper: str, out: Path, resume: bool, quick: bool, max_minu
     results = [r for run in runs for r in run.results]
     if as_json:
         print_json({"findings": records(results),
-                    "papers": [{"paper": r.paper, "seconds": round(r.seconds, 1), "missing": r.missing}
+                    "papers": [{"paper": r.paper, "seconds": round(r.seconds, 1), "missing": r.missing,
+                                "skipped": r.skipped}
                                for r in runs]})
     else:
         for run in runs:

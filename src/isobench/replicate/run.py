@@ -37,6 +37,8 @@ class PaperRun:
     seconds: float
     directories: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+    #: study -> why this host could not run it (its ``study_needs`` unmet)
+    skipped: dict[str, str] = field(default_factory=dict)
     #: the 1/5/15-minute load average when its cells started, and the steal share while they ran
     load_at_start: str = ""
     steal: float | None = None
@@ -67,7 +69,14 @@ def study_text(paper: PaperFindings, study: str, quick: bool, max_minutes: float
 
 
 def _needed(paper: PaperFindings) -> set[str]:
-    return {n for f in paper.findings for n in [*f.needs, *(x for c in f.checks for x in c.needs)]}
+    return ({n for f in paper.findings for n in [*f.needs, *(x for c in f.checks for x in c.needs)]}
+            | {n for needs in paper.study_needs.values() for n in needs})
+
+
+def unrunnable(paper: PaperFindings, missing: dict[str, str]) -> dict[str, str]:
+    """study -> why this host cannot run it: the first capability of its ``study_needs`` it lacks."""
+    lacking = {study: [missing[n] for n in needs if n in missing] for study, needs in paper.study_needs.items()}
+    return {study: reasons[0] for study, reasons in lacking.items() if reasons}
 
 
 def replicate_paper(name: str, out: Path, resume: bool, quick: bool, max_minutes: float | None,
@@ -76,10 +85,14 @@ def replicate_paper(name: str, out: Path, resume: bool, quick: bool, max_minutes
 
     paper = load_findings(name)
     missing = missing_capabilities(_needed(paper))
+    skipped = unrunnable(paper, missing)
     started = time.monotonic()
     directories: dict[str, Path] = {}
     ran_cells = False
     for study in paper.studies:
+        if study in skipped:
+            console.print(markup("[bold]{}[/]: study {} is not run here: {}", name, study, skipped[study]))
+            continue
         directory = out / name / study
         again = resume and Store.exists(directory)
         if Store.exists(directory) and not again:
@@ -93,11 +106,11 @@ def replicate_paper(name: str, out: Path, resume: bool, quick: bool, max_minutes
         directories[study] = run_study(text, None if again else study, directory, again, console)
         ran_cells = ran_cells or _finished(directory) > before
         (directories[study] / "capabilities.json").write_text(json.dumps(missing, indent=1) + "\n")
-    results = evaluate(paper, directories, missing)
+    results = evaluate(paper, directories, missing, skipped)
     load, steal = host_load(list(directories.values()))
     # a resume that ran no cell only re-tested the findings: its seconds are not the paper's time
     return PaperRun(name, paper.title, results, time.monotonic() - started if ran_cells else 0.0,
-                    {k: str(v) for k, v in directories.items()}, missing, load, steal)
+                    {k: str(v) for k, v in directories.items()}, missing, skipped, load, steal)
 
 
 def _finished(directory: Path) -> int:
@@ -164,7 +177,8 @@ def write_records(runs: list[PaperRun], out: Path, commands: list[str] | None = 
     records = [{**r.as_record(), "seconds": round(run.seconds, 1)} for run in runs for r in run.results]
     payload = {"version": REPLICATION_VERSION, "commands": commands or [], "papers": [
         {"paper": run.paper, "title": run.title, "seconds": round(run.seconds, 1), "studies": run.directories,
-         "missing": run.missing, "load_at_start": run.load_at_start, "steal": run.steal} for run in runs],
+         "missing": run.missing, "skipped": run.skipped, "load_at_start": run.load_at_start,
+         "steal": run.steal} for run in runs],
         "findings": records}
     out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
