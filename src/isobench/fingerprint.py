@@ -67,6 +67,8 @@ def host_fingerprint() -> dict[str, Any]:
         "isobench": isobench.__version__,
         "torch": _package_version("torch"),
         "torchvision": _package_version("torchvision"),
+        # the first GPU's name, driver and memory as nvidia-smi gives them; None without one
+        "gpu": tool_version(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]),
         "versions": {
             "docker": tool_version(["docker", "version", "--format", "{{.Server.Version}}"]),
             "runc": tool_version(["runc", "--version"]),

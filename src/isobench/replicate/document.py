@@ -26,6 +26,7 @@ def write_markdown(runs: list[PaperRun], path: Path, commands: list[str], starte
              "## Host", "",
              f"- {md(host.get('cpu_model') or host.get('machine'))}, {md(host.get('cores') or os.cpu_count())} CPUs, "
              f"kernel {md(host.get('kernel'))}",
+             f"- Python {md(host.get('python'))}, torch {md(host.get('torch'))}, GPU: {md(host.get('gpu') or 'none')}",
              f"- this page written with load average {md(load_before)} before and {md(loadavg())} after, "
              f"steal {steal_since(started_cpu):.1%} in between", ""]
     lines += ["## Time per paper", "",
@@ -39,6 +40,9 @@ def write_markdown(runs: list[PaperRun], path: Path, commands: list[str], starte
     missing = {k: v for r in runs for k, v in r.missing.items()}
     if missing:
         lines += ["", "What this host lacks: " + "; ".join(f"{md(k)}: {md(v)}" for k, v in sorted(missing.items())) + "."]
+    skipped = [f"{md(study)} ({md(why)})" for r in runs for study, why in r.skipped.items()]
+    if skipped:
+        lines += ["", "Studies not run on this host: " + "; ".join(skipped) + "."]
     lines += ["", "## Finding by finding", ""]
     for run in runs:
         rules = {f.id: f.rule for f in load_findings(run.paper).findings}
