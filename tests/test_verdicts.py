@@ -6,13 +6,21 @@ import dataclasses
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
 
 from isobench.analysis.blocked import Point, estimate
 from isobench.analysis.compare import compare, load_groups
-from isobench.analysis.stats import DUET_METHOD, METHOD, PAIRED_METHOD, ratio_ci
+from isobench.analysis.stats import (
+    CROSSOVER_METHOD,
+    DUET_METHOD,
+    METHOD,
+    PAIRED_METHOD,
+    paired_ratio_ci,
+    ratio_ci,
+)
 from isobench.analysis.verdict import decide_verdict, repetitions_needed, within_margin
 from isobench.analysis.warnings import study_warnings
 from isobench.plan import expand
@@ -163,6 +171,48 @@ def test_duet_uses_only_the_partner_matched_baseline_cells() -> None:
     assert result.reference == [p.value for p in base if p.partner == "docker"]
     broken = estimate(sample[:-1], base, "docker")  # one pair lost its compared cell
     assert broken.method == METHOD and "incomplete" in broken.reason and broken.estimate.n_baseline == 6
+
+
+def _duet_points(sides: list[int], core_effect: float, noise: float, effect: float, seed: int):  # type: ignore[no-untyped-def]
+    """Duet pairs whose compared cell ran on ``sides[r]`` in round r; core 1 is ``core_effect``
+    slower than core 0 for the whole run, and each cell has its own ``noise``."""
+    rng = random.Random(seed)
+    sample, base = [], []
+    for r, side in enumerate(sides):
+        drift = rng.gauss(0, 0.03)  # what hit the machine during this pair: both sides alike
+        speed = {0: 1.0, 1: 1.0 + core_effect}
+        pair = f"r{r}:docker"
+        base.append(Point(r, speed[1 - side] * math.exp(drift + rng.gauss(0, noise)), f"b/r{r}", pair, "docker",
+                          str(1 - side)))
+        sample.append(Point(r, effect * speed[side] * math.exp(drift + rng.gauss(0, noise)), f"d/r{r}", pair,
+                            "baremetal", str(side)))
+    return sample, base
+
+
+def test_duet_pairs_as_a_crossover_remove_a_steady_core_difference() -> None:
+    # one core 10% slower than the other for the whole run, as seen on a 2-core VM here
+    sample, base = _duet_points([r % 2 for r in range(8)], 0.10, 0.005, 1.03, seed=3)
+    result = estimate(sample, base, "docker")
+    assert result.method == CROSSOVER_METHOD and "removed by the side swaps" in result.reason
+    said = re.search(r"cores' speeds differed by ([0-9.]+)%", result.reason)
+    assert said and float(said.group(1)) == pytest.approx(10.0, abs=1.0)
+    assert result.estimate.ratio == pytest.approx(1.03, rel=0.01)
+    assert result.estimate.ci_low > 1.0  # type: ignore[operator]  # the 3% is resolved
+    plain = paired_ratio_ci([(a.value, b.value) for a, b in zip(sample, base, strict=True)])
+    assert plain.ci_low < 1.0 < plain.ci_high  # type: ignore[operator]  # paired alone it is not
+    # the sides' imbalance does not bias it: 5 rounds on one side, 3 on the other
+    uneven, base_uneven = _duet_points([0, 1, 0, 1, 0, 0, 1, 0], 0.10, 0.005, 1.03, seed=4)
+    assert estimate(uneven, base_uneven, "docker").estimate.ratio == pytest.approx(1.03, rel=0.01)
+
+
+def test_duet_without_sides_or_with_one_pair_on_a_side_stays_plain_paired() -> None:
+    sample, base = _duet_points([r % 2 for r in range(8)], 0.10, 0.002, 1.1, seed=5)
+    assert estimate(sample, base, "docker").method == CROSSOVER_METHOD
+    # without side information (an older store), or one pair on a side: plain pairs
+    bare = [dataclasses.replace(p, side=None) for p in sample]
+    assert estimate(bare, base, "docker").method == DUET_METHOD
+    lopsided, base_lopsided = _duet_points([0, 0, 0, 0, 0, 1], 0.10, 0.002, 1.1, seed=6)
+    assert estimate(lopsided, base_lopsided, "docker").method == DUET_METHOD
 
 
 # -- contaminated cells and re-runs, in a real store ----------------------------------------

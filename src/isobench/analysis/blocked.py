@@ -7,8 +7,12 @@ differences removes it. Rules (``estimate``):
 * **duet** (cells carry ``platform_info["duet"]``): the baseline cells whose ``partner`` is this
   group's platform key are paired with this group's cells by ``pair`` id (method
   ``duet-paired``). The duet design makes the pairs; they are used whenever every pair is
-  complete and there are at least ``MIN_PAIRS``, whatever the correlation, so that the choice
-  never depends on the data. Otherwise Welch on the partner-matched cells.
+  complete and there are at least ``MIN_PAIRS``, whatever the correlation. Otherwise Welch on
+  the partner-matched cells. Sides swap every round, so the pairs also form a 2x2 crossover:
+  when one core runs steadily faster than the other (seen here: 10% for minutes), the mean of
+  the two sides' mean log ratios cancels it (method ``duet-crossover``). It is used when each
+  side has ``MIN_PER_SIDE`` pairs and its 95% interval is narrower than the plain paired one;
+  like the choice between pairing and Welch below, that looks at the spread, never the ratio.
 * **rounds** (sequential schedule): paired by ``rep`` (method ``paired-log``) when every round
   up to this group's last one holds exactly one value on each side (a failed or missing cell
   makes the round incomplete: Welch), there are at least ``MIN_PAIRS`` rounds, and pairing
@@ -30,10 +34,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from isobench.analysis.stats import (
+    CROSSOVER_METHOD,
     DUET_METHOD,
     METHOD,
     PAIRED_METHOD,
     RatioEstimate,
+    crossover_ratio_ci,
     paired_ratio_ci,
     ratio_ci,
 )
@@ -51,6 +57,8 @@ class Point:
     #: duet pair id and the partner's platform key (None outside a duet schedule)
     pair: str | None = None
     partner: str | None = None
+    #: the duet side (core position) this cell ran on; sides swap every round
+    side: str | None = None
 
 
 @dataclass
@@ -110,9 +118,48 @@ def _duet(sample: list[Point], reference: list[Point], label: str) -> Blocked:
         return _welch(sample, partners, f"only {len(pairs)} duet pair(s), fewer than {MIN_PAIRS}: unpaired (Welch)")
     est = paired_ratio_ci(pairs)
     unpaired = ratio_ci([a for a, _ in pairs], [b for _, b in pairs]).se
-    return Blocked(est, DUET_METHOD, f"{len(pairs)} duet pairs (both sides ran at the same time): paired, "
-                                     f"SE {_se(est.se)} vs {_se(unpaired)} unpaired",
-                   est.se, unpaired, [a for a, _ in pairs], [b for _, b in pairs])
+    values = [a for a, _ in pairs], [b for _, b in pairs]
+    said = f"{len(pairs)} duet pairs (both sides ran at the same time): paired, SE {_se(est.se)} vs {_se(unpaired)} unpaired"
+    crossover = _crossover(sample, mine, theirs)
+    if crossover is not None:
+        if _half_width(crossover[0]) < _half_width(est):
+            return Blocked(crossover[0], CROSSOVER_METHOD,
+                           f"{len(pairs)} duet pairs as a crossover: the two cores' speeds differed by "
+                           f"{math.exp(abs(crossover[1])) - 1:.1%}, removed by the side swaps; "
+                           f"SE {_se(crossover[0].se)} vs {_se(est.se)} paired alone", crossover[0].se, unpaired,
+                           *values)
+        said += f"; as a crossover by side SE {_se(crossover[0].se)} (no steady core difference to remove)"
+    return Blocked(est, DUET_METHOD, said, est.se, unpaired, *values)
+
+
+#: a crossover needs this many pairs on each side (two: a spread within each side)
+MIN_PER_SIDE = 2
+
+
+def _crossover(sample: list[Point], mine: dict[str, list[float]],
+               theirs: dict[str, list[float]]) -> tuple[RatioEstimate, float] | None:
+    """The crossover estimate of complete duet pairs grouped by the compared cell's side, and
+    half the difference between the sides' mean log ratios (the core effect); None when the
+    sides are unknown or either has fewer than MIN_PER_SIDE pairs."""
+    side_of = {str(p.pair): p.side for p in sample}
+    by_side: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for key in sorted(mine):
+        if side_of.get(key) is None:
+            return None
+        by_side[str(side_of[key])].append((mine[key][0], theirs[key][0]))
+    groups = [by_side[k] for k in sorted(by_side)]
+    if len(groups) != 2 or min(len(g) for g in groups) < MIN_PER_SIDE:
+        return None
+    means = [sum(math.log(a) - math.log(b) for a, b in g) / len(g) for g in groups]
+    return crossover_ratio_ci(groups), (means[0] - means[1]) / 2
+
+
+def _half_width(est: RatioEstimate) -> float:
+    """The 95% interval's half-width in log units (the t quantile included: a crossover has one
+    degree of freedom fewer), or infinity without an interval."""
+    if est.ci_low is None or est.ci_high is None:
+        return math.inf
+    return (math.log(est.ci_high) - math.log(est.ci_low)) / 2
 
 
 def _rounds(sample: list[Point], reference: list[Point]) -> Blocked:

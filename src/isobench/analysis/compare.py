@@ -155,7 +155,8 @@ def load_groups(store: Store) -> list[Group]:
         duet = info.get("duet") if isinstance(info.get("duet"), dict) else {}
         group.points[row["metric"]].append(Point(row["rep"], row["value"], row["cell_id"],
                                                  None if duet.get("pair") is None else str(duet["pair"]),
-                                                 duet.get("partner")))
+                                                 duet.get("partner"),
+                                                 None if duet.get("side") is None else str(duet["side"])))
         group.units[row["metric"]] = row["unit"]
         if info.get("emulated"):
             group.emulated = True

@@ -25,6 +25,7 @@ from scipy import stats as sps
 METHOD = "welch-log"
 PAIRED_METHOD = "paired-log"
 DUET_METHOD = "duet-paired"
+CROSSOVER_METHOD = "duet-crossover"
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,32 @@ def paired_ratio_ci(pairs: list[tuple[float, float]], confidence: float = 0.95) 
     p_value = float(2 * sps.t.sf(abs(mean) / se, n - 1))
     return RatioEstimate(ratio, math.exp(mean - t_crit * se), math.exp(mean + t_crit * se), p_value, n, n,
                          se, float(n - 1))
+
+
+def crossover_ratio_ci(by_side: list[list[tuple[float, float]]], confidence: float = 0.95) -> RatioEstimate:
+    """Ratio from duet pairs grouped by the side (core) the compared cell ran on: a 2x2 crossover.
+
+    A duet swaps sides every round, so a core that runs faster than the other for a while
+    (a busy neighbour on the physical core behind one vCPU) adds +c to the log difference in
+    one group and -c in the other. The mean of the two groups' means cancels it, and the error
+    is the pooled spread within the groups, with n-2 degrees of freedom.
+    """
+    if len(by_side) != 2 or min(len(g) for g in by_side) < 2:
+        raise ValueError("a crossover needs two sides with at least two pairs each")
+    groups = [[math.log(s) - math.log(b) for s, b in g] for g in by_side]
+    means = [sum(g) / len(g) for g in groups]
+    mean = (means[0] + means[1]) / 2
+    n = sum(len(g) for g in groups)
+    df = n - 2
+    pooled = sum((d - m) ** 2 for g, m in zip(groups, means, strict=True) for d in g) / df
+    ratio = math.exp(mean)
+    if pooled == 0.0:
+        return RatioEstimate(ratio, ratio, ratio, 0.0 if mean != 0 else 1.0, n, n, 0.0, float(df))
+    se = math.sqrt(pooled / 4 * sum(1 / len(g) for g in groups))
+    t_crit = float(sps.t.ppf(0.5 + confidence / 2, df))
+    p_value = float(2 * sps.t.sf(abs(mean) / se, df))
+    return RatioEstimate(ratio, math.exp(mean - t_crit * se), math.exp(mean + t_crit * se), p_value, n, n,
+                         se, float(df))
 
 
 def interval_at(log_ratio: float, se: float | None, df: float | None,

@@ -44,7 +44,8 @@ def common_knobs(comparisons: list[Comparison]) -> set[str]:
     return {k for k, v in first.items() if all(c.knobs.get(k) == v for c in comparisons)}
 
 
-METHOD_WORDS = {"paired-log": "paired by round", "duet-paired": "paired in duets"}
+METHOD_WORDS = {"paired-log": "paired by round", "duet-paired": "paired in duets",
+                "duet-crossover": "paired in duets, core difference removed"}
 
 
 def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None = None) -> str:
