@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -133,6 +134,9 @@ def _run_study(study_text: str | None, file: str | None, out: Path | None, resum
         data_paths = prepare_data(todo)
         for platform in platforms.values():
             platform.prepare()
+        # What set-up (and whatever ran just before: a venv install, data sets) left dirty goes
+        # out now, not as write-back inside the first cells.
+        os.sync()
         if store is None:
             store = create_store(out, study, study_text, file, platforms={
                 key: {"display": p.display(), **p.fingerprint()} for key, p in platforms.items()})
