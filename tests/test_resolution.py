@@ -16,7 +16,7 @@ from isobench.plan import expand
 from isobench.plan.cores import core_layout
 from isobench.store import Store
 from isobench.studyfile import load_study_text
-from tests.conftest import need_docker, need_root, run_cli, write_study
+from tests.conftest import need_docker, need_root, need_tool, run_cli, write_study
 
 
 def _study(**extra: object) -> dict:
@@ -165,6 +165,64 @@ def test_duet_pair_starts_behind_one_barrier_and_runs_side_by_side(tmp_path: Pat
             assert members[0]["inside"]["affinity"] != members[1]["inside"]["affinity"]
         sides.append({m["platform_key"]: m["platform_info"]["duet"]["side"] for m in members})
     assert sides[0]["baremetal"] != sides[1]["baremetal"]  # swapped between the two rounds
+
+
+def _outcome(cell, launched_at: float, measured: tuple[float, float]):
+    from isobench.runner.execute import CellOutcome
+
+    return CellOutcome(cell=cell, status="ok", exit_code=0, error=None, stderr_tail="", started_at=0.0,
+                       wall_s=measured[1] - launched_at, startup_s=0.1, launched_at=launched_at,
+                       measured=measured)
+
+
+def test_leads_hold_back_the_member_that_gets_ready_sooner() -> None:
+    from isobench.runner.tenancy import MAX_DELAY_S, Leads, overlap
+
+    study = _load(_study(schedule="duet", repetitions=3, platforms=[{"name": "baremetal"}, {"name": "gvisor"}],
+                         workloads=[{"name": "cpu-spin"}, {"name": "syscall-loop"}]))
+    cells = expand(study)
+    pair = cells[:2]
+    leads = Leads()
+    assert leads.delays(pair) == [0.0, 0.0]  # nothing learnt: launched together
+    # bare metal measures from 2.5 s after launch, gVisor from 9 s: gVisor's window starts after bare metal's ends
+    by_key = {c.platform_key: c for c in pair}
+    first = [_outcome(by_key["baremetal"], 100.0, (102.5, 104.5)), _outcome(by_key["gvisor"], 100.0, (109.0, 111.0))]
+    assert overlap(first) == 0.0
+    leads.learn(first)
+    delays = dict(zip((c.platform_key for c in pair), leads.delays(pair), strict=True))
+    assert delays == pytest.approx({"baremetal": 6.5, "gvisor": 0.0})
+    aligned = [_outcome(by_key["baremetal"], 106.5, (109.0, 111.0)), _outcome(by_key["gvisor"], 100.0, (109.1, 111.1))]
+    assert overlap(aligned) == pytest.approx(0.95)
+    # the other workload's first pair learns from this one's platforms
+    other = [c for c in cells if c.workload_key != pair[0].workload_key][:2]
+    assert sorted(leads.delays(other)) == pytest.approx([0.0, 6.5])
+    # a stall is not start-up: the delay is capped
+    leads.learn([_outcome(by_key["gvisor"], 0.0, (500.0, 502.0))])
+    assert max(leads.delays(pair)) == MAX_DELAY_S
+    assert overlap([_outcome(by_key["gvisor"], 0.0, (1.0, 2.0)), first[0].__class__(
+        cell=by_key["baremetal"], status="ok", exit_code=0, error=None, stderr_tail="", started_at=0.0,
+        wall_s=1.0, startup_s=None)]) is None  # a member without a measured window
+
+
+def test_duet_members_measure_at_the_same_time_once_their_leads_are_learnt(tmp_path: Path) -> None:
+    need_docker()
+    need_tool("runsc")
+    out = tmp_path / "out"
+    study = write_study(tmp_path / "d.yaml", _study(
+        schedule="duet", repetitions=3, reruns=0, platforms=[{"name": "baremetal"}, {"name": "gvisor"}],
+        workloads=[{"name": "cpu-spin", "params": {"iterations": 1, "work": 1000, "min_seconds": 1.0}}]))
+    result = run_cli("run", str(study), "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    by_rep: dict[int, dict[str, dict]] = {}
+    for cell in _cells(out):
+        by_rep.setdefault(cell["rep"], {})[cell["platform_key"]] = cell["platform_info"]["duet"]
+    first, *later = [by_rep[rep] for rep in sorted(by_rep)]
+    assert first["baremetal"]["delay_s"] == 0.0  # nothing learnt yet: launched together
+    # gVisor gets ready later than bare metal: the first pair's windows barely overlap
+    assert first["gvisor"]["overlap"] < 0.8, first
+    for pair in later:
+        assert pair["baremetal"]["delay_s"] > 0.2 and pair["gvisor"]["delay_s"] == 0.0, pair
+        assert pair["gvisor"]["overlap"] > 0.8 and pair["gvisor"]["overlap"] == pair["baremetal"]["overlap"], pair
 
 
 # -- interference accounting, CPU time per item, slowdown --------------------------------------------

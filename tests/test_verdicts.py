@@ -258,6 +258,20 @@ def test_contaminated_cells_give_way_to_their_reruns_and_are_counted(tmp_path: P
     assert docker_json["ci90_low"] > 1 and "repetitions_needed" in docker_json and docker_json["method_reason"]
 
 
+def test_duet_pairs_that_did_not_measure_at_once_are_named(tmp_path: Path) -> None:
+    study = load_study_text(STUDY, "s.yaml", check_host=False)
+    store = Store.create(tmp_path, STUDY, study.name, "s.yaml", {})
+    for cell in expand(study):
+        # docker's pairs overlapped for a tenth of their windows, the A/A entry's for all of them
+        shared = {"docker": 0.1, "aa": 1.0}.get(cell.platform_key, 0.1 if cell.rep % 2 else 1.0)
+        assert store.record(_outcome(cell, 0.010, {"duet": {"pair": f"r{cell.rep}", "overlap": shared}}),
+                            cell.platform_key)
+    groups = list(load_groups(store))
+    store.close()
+    warnings = [w.text for w in study_warnings({}, groups, [], 0, "baremetal") if w.kind == "overlap"]
+    assert len(warnings) == 1 and "on docker" in warnings[0] and "only 10% of their windows" in warnings[0], warnings
+
+
 def test_duet_store_pairs_each_entry_with_its_own_baseline_cells(tmp_path: Path) -> None:
     study = load_study_text(STUDY.replace("repetitions: 4", "repetitions: 5"), "s.yaml", check_host=False)
     store = Store.create(tmp_path, STUDY, study.name, "s.yaml", {})

@@ -48,6 +48,8 @@ class Group:
     contaminated: int = 0
     rerun: int = 0
     contamination_reasons: list[str] = field(default_factory=list)
+    #: a duet's cells: the share of each pair's measured window in which both members measured
+    duet_overlaps: list[float] = field(default_factory=list)
 
     @property
     def kept_contaminated(self) -> int:
@@ -165,6 +167,10 @@ def load_groups(store: Store) -> list[Group]:
         key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"], host_of(row["platform_info"]))
         if key not in groups:
             continue
+        info = json.loads(row["platform_info"]) if row["platform_info"] else {}
+        shared = (info.get("duet") or {}).get("overlap") if isinstance(info.get("duet"), dict) else None
+        if isinstance(shared, int | float) and row["cell_id"] not in excluded:
+            groups[key].duet_overlaps.append(float(shared))
         if row["cell_id"] in fate:
             rerun, reason = fate[row["cell_id"]]
             groups[key].contaminated += 1

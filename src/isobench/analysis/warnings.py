@@ -19,6 +19,8 @@ OUTLIER_Z = 3.5
 OUTLIER_MIN_LOG = 0.03
 #: relative standard deviation between repetitions above which results are called unstable (pyperf: 10%)
 UNSTABLE_SD = 0.10
+#: below this median share of a duet pair's windows measured at once, the pairs are no duet
+MIN_DUET_OVERLAP = 0.5
 
 
 @dataclass
@@ -122,6 +124,14 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
                                              f"(e2e {value * 1e3:.2f} ms vs median {median * 1e3:.2f} ms, robust "
                                              f"z={z:.1f}): something else ran then. Check the host, re-run, or add "
                                              "repetitions."))
+        if g.platform_key != baseline_key and g.duet_overlaps \
+                and statistics.median(g.duet_overlaps) < MIN_DUET_OVERLAP:
+            found.append(Warning_("overlap", f"{g.workload} on {ev.group_label(g)}{where(g)}: its duet pairs measured "
+                                             f"at the same time for only {statistics.median(g.duet_overlaps):.0%} of "
+                                             "their windows (median): each pair compares different moments, so "
+                                             "the host's drift is not cancelled. Add a warm-up round (`warmup: 1`), "
+                                             "from which the runner learns how much later to start the sooner-ready "
+                                             "member."))
         spread = log_sd(g.metrics.get("e2e", []))
         if spread is not None and spread > UNSTABLE_SD:
             found.append(Warning_("unstable", f"{g.workload} on {ev.group_label(g)}{where(g)}: the standard deviation is "

@@ -47,6 +47,10 @@ class CellOutcome:
     probes: ProbeOutcome = field(default_factory=ProbeOutcome)
     #: what else ran on the cell's cores over its measured window (runner/interference.py)
     interference: dict[str, Any] = field(default_factory=dict)
+    #: runner's monotonic clock: the launch, and the measured window (the worker's run_start and
+    #: done records); a duet's members are aligned and checked on it (runner/tenancy.py)
+    launched_at: float | None = None
+    measured: tuple[float, float] | None = None
 
 
 #: the record channel is the cell's output, so it is bounded: a longer line, more records or
@@ -220,7 +224,10 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
     outcome = CellOutcome(cell=cell, status=status, exit_code=exit_code, error=None, stderr_tail=tail,
                           started_at=started_at, wall_s=ended - launched.started,
                           startup_s=(reader.first_record_at - launched.started)
-                          if reader.first_record_at else None, platform_info=info, probes=probe_outcome)
+                          if reader.first_record_at else None, platform_info=info, probes=probe_outcome,
+                          launched_at=launched.started)
+    if window.opened_at is not None and window.closed_at is not None:
+        outcome.measured = (window.opened_at, window.closed_at)
     if probe_outcome.status:
         outcome.platform_info["probes"] = probe_outcome.status
     outcome.interference = window.result(sum(1 for r in reader.records if isinstance(r, dict)

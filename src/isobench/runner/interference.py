@@ -185,17 +185,22 @@ class Window:
         self.cgroups: dict[str, Path] | None = None
         self.start: Snapshot | None = None
         self.end: Snapshot | None = None
+        #: the measured window on the runner's monotonic clock (a duet's members are compared on it)
+        self.opened_at: float | None = None
+        self.closed_at: float | None = None
         self._sampler: _RunqSampler | None = None
 
     def mark(self, kind: str) -> None:
         """Called from the record reader on ``run_start`` and ``done``; never raises."""
         try:
             if kind == "run_start" and self.start is None:
+                self.opened_at = time.monotonic()
                 self.start = snapshot(self.cgroups)
                 if not self.start.sched:
                     self._sampler = _RunqSampler()
                     self._sampler.start()
             elif kind == "done" and self.start is not None and self.end is None:
+                self.closed_at = time.monotonic()
                 self.end = snapshot(self.cgroups)
                 self.close()
         except Exception:  # accounting must never break the record channel

@@ -34,7 +34,7 @@ from isobench.runner.setup import (
     tidy_up,
     unavailable_knobs,
 )
-from isobench.runner.tenancy import run_group, tenant_batches
+from isobench.runner.tenancy import Leads, run_group, tenant_batches
 from isobench.store import Store
 from isobench.study.model import Study
 
@@ -80,7 +80,7 @@ def _rerun_cell(cell: Cell, attempt: int) -> Cell:
 
 
 def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: Store,
-             say: Callable[[str], None]) -> Iterator[list[CellOutcome]]:
+             say: Callable[[str], None], leads: Leads | None = None) -> Iterator[list[CellOutcome]]:
     """Run one unit (a cell, a tenant group, a duet pair), store it, and re-run it while a member
     is contaminated (at most ``study.reruns`` times). Every run is stored: a contaminated cell
     stays in the store, flagged, and its re-run points back at it (``rerun_of``)."""
@@ -88,7 +88,7 @@ def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: St
     together = members if batch[0].duet else members[0]
     displays = [p.display() for p in members]
     with applied_host_knobs(batch[0].knobs):  # cpufreq / power-mode knobs, restored after
-        outcomes = run_group(batch, together)  # a tenant group or a duet pair starts together
+        outcomes = run_group(batch, together, leads)  # a tenant group or a duet pair starts together
     for attempt in range(1, study.reruns + 2):
         _stamp(outcomes)
         if attempt > 1:
@@ -102,7 +102,7 @@ def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: St
         say(f"re-running {', '.join(o.cell.cell_id for o in dirty)}: contaminated "
             f"({dirty[0].interference.get('reason')})")
         with applied_host_knobs(batch[0].knobs):
-            outcomes = run_group([_rerun_cell(c, attempt) for c in batch], together)
+            outcomes = run_group([_rerun_cell(c, attempt) for c in batch], together, leads)
 
 
 def run_study(study_text: str | None, file: str | None, out: Path | None, resume: bool,
@@ -154,6 +154,7 @@ def _run_study(study_text: str | None, file: str | None, out: Path | None, resum
             task = progress.add_task("running", total=len(plan), completed=len(done))
             # `repetitions: auto` appends rounds while comparisons are too wide (runner/adaptive.py)
             grow = lambda n: progress.update(task, total=(progress.tasks[0].total or 0) + n)  # noqa: E731
+            leads = Leads()  # duet members start so that their measured windows coincide
             for batch in tenant_batches(cells_to_run(study, todo, store, grow, progress.console.print)):
                 batch = [dataclasses.replace(cell, data_dir=data_paths.get(cell.data_key or ""),
                                              artifacts_dir=artifacts_dir_for(cell, out)) for cell in batch]
@@ -164,7 +165,7 @@ def _run_study(study_text: str | None, file: str | None, out: Path | None, resum
                         f" ×{len(batch)} tenants" if len(batch) > 1 else "")
                 shown = " + ".join(dict.fromkeys(f"{c.workload_key} on {p.display()}" for c, p in zip(batch, members, strict=True)))
                 progress.update(task, description=f"{shown}{tag}")
-                for outcomes in run_unit(study, batch, members, store, progress.console.print):
+                for outcomes in run_unit(study, batch, members, store, progress.console.print, leads):
                     for outcome in outcomes:
                         cell = outcome.cell
                         if outcome.status == "unavailable":

@@ -5,6 +5,14 @@ the threads wait at a :class:`threading.Barrier` and launch at once. Each outcom
 ``platform_info["tenancy"]``: its index, the group, and the group's start skew (spread
 of the workers' first instants, as the workers' own clocks report them in ``hello``)
 and release skew (spread of the launch calls after the barrier, runner clock).
+
+A duet compares what its two members measure *at the same time*, but its members do not
+get ready at the same time: a gVisor cell imports torch for 7-9 s where bare metal takes
+2.5 s, so launched together, bare metal's measured window had ended before gVisor's began
+(measured on the default study). :class:`Leads` learns each member's lead (launch to its
+first measured item) from the pairs already run, and the member that gets ready sooner is
+launched that much later. Each duet outcome records the delay and the ``overlap`` of the
+two measured windows (the share of the longer window in which both measured).
 """
 
 from __future__ import annotations
@@ -61,12 +69,53 @@ class _Tracked:
         return getattr(self._platform, name)
 
 
-def run_group(cells: list[Cell], platform: Platform | list[Platform]) -> list[CellOutcome]:
+#: a member is never held back longer than this (a lead that long is a stall, not start-up)
+MAX_DELAY_S = 30.0
+
+
+class Leads:
+    """How long each (workload, platform) takes from launch to its first measured item, as
+    the latest duet pairs showed; from it, how much later each member of the next pair starts."""
+
+    def __init__(self) -> None:
+        self._exact: dict[tuple[str, str], float] = {}
+        self._platform: dict[str, float] = {}
+
+    def learn(self, outcomes: list[CellOutcome]) -> None:
+        for outcome in outcomes:
+            if outcome.measured is None or outcome.launched_at is None:
+                continue
+            lead = outcome.measured[0] - outcome.launched_at
+            cell = outcome.cell
+            self._exact[(cell.workload_key, cell.platform_key)] = lead
+            self._platform[cell.platform_key] = lead
+
+    def delays(self, cells: list[Cell]) -> list[float]:
+        """Seconds to hold each member back after the barrier: the members' leads, per
+        (workload, platform) when all are known, else per platform (the first pairs of a
+        workload learn from another workload's), else none."""
+        leads: list[float] | None = None
+        exact = [self._exact.get((c.workload_key, c.platform_key)) for c in cells]
+        by_platform = [self._platform.get(c.platform_key) for c in cells]
+        for known in (exact, by_platform):
+            if all(lead is not None for lead in known):
+                leads = [float(lead) for lead in known]  # type: ignore[arg-type]
+                break
+        if leads is None:
+            return [0.0] * len(cells)
+        latest = max(leads)
+        return [min(MAX_DELAY_S, latest - lead) for lead in leads]
+
+
+def run_group(cells: list[Cell], platform: Platform | list[Platform],
+              leads: Leads | None = None) -> list[CellOutcome]:
     """Run the members of a tenant group (one platform) or a duet pair (a platform per member)
-    at once; return their outcomes in member order."""
+    at once; return their outcomes in member order. A duet's members start ``leads``' delays
+    apart, so that their measured windows coincide; a tenant group's start together."""
     platforms = platform if isinstance(platform, list) else [platform] * len(cells)
     if len(cells) == 1 and not cells[0].tenant:
         return [run_cell(cells[0], platforms[0])]
+    delays = leads.delays(cells) if leads is not None and cells[0].duet else [0.0] * len(cells)
     tracked = [_Tracked(p) for p in platforms]
     barrier = threading.Barrier(len(cells))
     outcomes: list[CellOutcome | None] = [None] * len(cells)
@@ -76,7 +125,9 @@ def run_group(cells: list[Cell], platform: Platform | list[Platform]) -> list[Ce
     def tenant(index: int) -> None:
         try:
             barrier.wait()
-            released[index] = time.monotonic()
+            released[index] = time.monotonic()  # release skew: the barrier's, not the delay
+            if delays[index] > 0:
+                time.sleep(delays[index])
             outcomes[index] = run_cell(cells[index], tracked[index])  # type: ignore[arg-type]
         except BaseException as exc:  # noqa: BLE001 - re-raised in the runner's thread
             errors.append(exc)
@@ -101,24 +152,40 @@ def run_group(cells: list[Cell], platform: Platform | list[Platform]) -> list[Ce
     if errors:
         raise errors[0]
     done = [o for o in outcomes if o is not None]
-    annotate(done, released)
+    annotate(done, released, delays)
+    if leads is not None:
+        leads.learn(done)
     return done
 
 
-def annotate(outcomes: list[CellOutcome], released: list[float]) -> None:
-    """Record each tenant's index and the group's start and release skew in its platform_info."""
+def overlap(outcomes: list[CellOutcome]) -> float | None:
+    """The share of the longest measured window in which every member was measuring."""
+    windows = [o.measured for o in outcomes]
+    if not windows or any(w is None for w in windows):
+        return None
+    start = max(w[0] for w in windows)  # type: ignore[index]
+    end = min(w[1] for w in windows)  # type: ignore[index]
+    longest = max(w[1] - w[0] for w in windows)  # type: ignore[index]
+    return max(0.0, end - start) / longest if longest > 0 else None
+
+
+def annotate(outcomes: list[CellOutcome], released: list[float], delays: list[float] | None = None) -> None:
+    """Record each tenant's index and the group's start and release skew in its platform_info;
+    a duet member also its delay and the members' window overlap."""
     starts = [o.hello.get("wall_time") for o in outcomes if o.hello and o.hello.get("wall_time")]
     start_skew = (max(starts) - min(starts)) if len(starts) == len(outcomes) else None
     release_skew = max(released) - min(released) if released else None
     first = min(starts) if starts else None
-    for outcome in outcomes:
+    shared = overlap(outcomes)
+    for index, outcome in enumerate(outcomes):
         duet, tenant = outcome.cell.duet, outcome.cell.tenant
         started = outcome.hello.get("wall_time") if outcome.hello else None
         if duet:
             outcome.platform_info["duet"] = {
                 "pair": duet.pair, "side": duet.side, "partner": duet.partner,
                 "group": duet.group, "cores": outcome.cell.cores, "start_skew_s": start_skew,
-                "release_skew_s": release_skew}
+                "release_skew_s": release_skew, "delay_s": delays[index] if delays else 0.0,
+                "overlap": shared}
             continue
         outcome.platform_info["tenancy"] = {
             "tenant": tenant.index if tenant else None, "tenants": tenant.count if tenant else None,
