@@ -17,6 +17,7 @@ two measured windows (the share of the longer window in which both measured).
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -71,6 +72,17 @@ class _Tracked:
 
 #: a member is never held back longer than this (a lead that long is a stall, not start-up)
 MAX_DELAY_S = 30.0
+#: differences in lead below this are start-up jitter (torch's import varies by ±0.3 s here):
+#: holding a member back for them would only move the jitter
+MIN_DELAY_S = 0.25
+#: a lead is the median of the latest few: one slow import must not shift the next pair
+LEAD_MEMORY = 5
+
+
+def _lead(memory: list[float]) -> float:
+    """The latest lead until there are three (a process's first start is a cold one: a mean of it
+    and the next overshot), then the median of the latest LEAD_MEMORY."""
+    return memory[-1] if len(memory) < 3 else statistics.median(memory)
 
 
 class Leads:
@@ -78,8 +90,8 @@ class Leads:
     the latest duet pairs showed; from it, how much later each member of the next pair starts."""
 
     def __init__(self) -> None:
-        self._exact: dict[tuple[str, str], float] = {}
-        self._platform: dict[str, float] = {}
+        self._exact: dict[tuple[str, str], list[float]] = {}
+        self._platform: dict[str, list[float]] = {}
 
     def learn(self, outcomes: list[CellOutcome]) -> None:
         for outcome in outcomes:
@@ -87,8 +99,10 @@ class Leads:
                 continue
             lead = outcome.measured[0] - outcome.launched_at
             cell = outcome.cell
-            self._exact[(cell.workload_key, cell.platform_key)] = lead
-            self._platform[cell.platform_key] = lead
+            for memory in (self._exact.setdefault((cell.workload_key, cell.platform_key), []),
+                           self._platform.setdefault(cell.platform_key, [])):
+                memory.append(lead)
+                del memory[:-LEAD_MEMORY]
 
     def delays(self, cells: list[Cell]) -> list[float]:
         """Seconds to hold each member back after the barrier: the members' leads, per
@@ -98,13 +112,13 @@ class Leads:
         exact = [self._exact.get((c.workload_key, c.platform_key)) for c in cells]
         by_platform = [self._platform.get(c.platform_key) for c in cells]
         for known in (exact, by_platform):
-            if all(lead is not None for lead in known):
-                leads = [float(lead) for lead in known]  # type: ignore[arg-type]
+            if all(known):
+                leads = [_lead(memory) for memory in known]  # type: ignore[arg-type]
                 break
         if leads is None:
             return [0.0] * len(cells)
         latest = max(leads)
-        return [min(MAX_DELAY_S, latest - lead) for lead in leads]
+        return [0.0 if latest - lead < MIN_DELAY_S else min(MAX_DELAY_S, latest - lead) for lead in leads]
 
 
 def run_group(cells: list[Cell], platform: Platform | list[Platform],
@@ -185,6 +199,8 @@ def annotate(outcomes: list[CellOutcome], released: list[float], delays: list[fl
                 "pair": duet.pair, "side": duet.side, "partner": duet.partner,
                 "group": duet.group, "cores": outcome.cell.cores, "start_skew_s": start_skew,
                 "release_skew_s": release_skew, "delay_s": delays[index] if delays else 0.0,
+                "lead_s": (outcome.measured[0] - outcome.launched_at)
+                if outcome.measured and outcome.launched_at is not None else None,
                 "overlap": shared}
             continue
         outcome.platform_info["tenancy"] = {
