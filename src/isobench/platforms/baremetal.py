@@ -53,6 +53,7 @@ class CgroupLaunched(Launched):
 @PLATFORMS.register("baremetal")
 class BareMetal(Platform):
     description = "a host process in a cgroup of its own (knobs via cgroup v1/v2)"
+    start_line = True
 
     @classmethod
     def check(cls) -> Availability:
@@ -95,7 +96,7 @@ class BareMetal(Platform):
         try:
             if knobs.numa_node is not None:
                 bind_memory_node(group, knobs.numa_node)
-            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+            proc = subprocess.Popen(command, stdin=self.cell_stdin(cell), stdout=subprocess.PIPE, stderr=stderr,
                                     env=env, start_new_session=True, preexec_fn=enter)
         except BaseException:
             group.destroy()

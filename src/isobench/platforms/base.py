@@ -57,6 +57,9 @@ class Platform(ABC):
     knobs: ClassVar[frozenset[str]] = ALL_KNOBS
     #: rough seconds from launch to the worker's first record, for `isobench plan`
     startup_estimate_s: ClassVar[float] = 0.3
+    #: the launcher's stdin reaches the worker, so a duet member can wait at the start line
+    #: (runner/tenancy.py) until its partner is ready too
+    start_line: ClassVar[bool] = False
 
     def __init__(self, entry: PlatformEntry) -> None:
         self.entry = entry
@@ -105,7 +108,17 @@ class Platform(ABC):
 
     @abstractmethod
     def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
-        """Start ``argv`` (the worker command) as the cell; stdout must be a pipe."""
+        """Start ``argv`` (the worker command) as the cell; stdout must be a pipe, and stdin
+        ``self.cell_stdin(cell)``."""
+
+    def holds_at_start_line(self, cell: Cell) -> bool:
+        """The cell waits for the runner's go before its measured window: a duet member on a
+        platform that carries stdin to it."""
+        return cell.duet is not None and self.start_line
+
+    def cell_stdin(self, cell: Cell) -> int:
+        """A pipe for a cell at the start line (the runner writes its go there), else nothing."""
+        return subprocess.PIPE if self.holds_at_start_line(cell) else subprocess.DEVNULL
 
     def probe_target(self, launched: Launched) -> ProbeTarget:
         """Where the cell runs as the host sees it, for probes: host pids and host cgroups.

@@ -91,6 +91,7 @@ def register_runtime(name: str, path: str, args: list[str]) -> None:
 
 class DockerBase(Platform):
     """A container engine with Docker's command line (docker, podman): subclasses name the engine."""
+    start_line = True
 
     #: the engine's command: every call to the engine goes through it (see ``engine_cmd``)
     engine: ClassVar[str] = "docker"
@@ -173,6 +174,8 @@ class DockerBase(Platform):
         args = ["run", *self.engine_run_options(), "--name", name, "--label", f"{LABEL_RUNNER}={runner_tag()}",
                 "--label", f"isobench.cell={cell.cell_id}", "--network", self._docker_network(cell),
                 "--runtime", self.runtime(), "--workdir", "/tmp"]
+        if self.holds_at_start_line(cell):
+            args.append("--interactive")  # the start line's go arrives on stdin
         mounts = [str(data_root()), *cell.mounts] if self.entry.image else cell_mounts(cell.mounts)
         mounts, data_args = mount_args(knobs.data_mount, cell.data_dir, mounts, self.image())
         for path in mounts:
@@ -208,7 +211,7 @@ class DockerBase(Platform):
         if cell.knobs.get("data_mount") == "copy" and cell.data_dir:
             cmd = copy_into(cmd, name, cell.data_dir)  # before the clock: only reads pay for the layer
         started = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+        proc = subprocess.Popen(cmd, stdin=self.cell_stdin(cell), stdout=subprocess.PIPE, stderr=stderr,
                                 start_new_session=True)
         return Launched(proc=proc, name=name, started=started)
 

@@ -140,6 +140,7 @@ class OciLaunched(Launched):
 @PLATFORMS.register("oci")
 class Oci(Platform):
     description = "an OCI runtime run directly on a generated bundle (runtime: runc, crun or runsc)"
+    start_line = True
 
     @classmethod
     def validate_entry(cls, entry: PlatformEntry) -> None:
@@ -205,7 +206,7 @@ class Oci(Platform):
         (bundle / "config.json").write_text(json.dumps(config, indent=1))
         cmd = runtime_argv(runtime, "run", "--bundle", str(bundle), container_id)
         started = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+        proc = subprocess.Popen(cmd, stdin=self.cell_stdin(cell), stdout=subprocess.PIPE, stderr=stderr,
                                 start_new_session=True, cwd=bundle)
         return OciLaunched(proc=proc, name=container_id, started=started, bundle=bundle, runtime=runtime)
 

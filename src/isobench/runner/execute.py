@@ -7,16 +7,18 @@ cleanup, whatever happens (timeout, crash, Ctrl-C).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from isobench.plan.cells import Cell
-from isobench.platforms import PLATFORMS, Platform
+from isobench.platforms import PLATFORMS, Launched, Platform
 from isobench.platforms.hostmirror import python_inside
 from isobench.probes.session import ProbeOutcome, ProbeSession
 from isobench.runner.drivers import settle, start_host_driver
@@ -104,7 +106,7 @@ class _ChannelReader(threading.Thread):
                 self.problem = f"record {len(self.records) + 1} {problem}"
                 continue
             self.records.append(record)
-            if self.on_done is not None and record.get("type") in ("done", "run_start"):
+            if self.on_done is not None and record.get("type") in ("done", "run_start", "ready"):
                 self.on_done(record["type"])
 
     @staticmethod
@@ -140,6 +142,8 @@ class _ChannelReader(threading.Thread):
 
 def worker_argv(cell: Cell, platform: Platform | None = None) -> list[str]:
     payload = cell.worker_payload()
+    if platform is not None and platform.holds_at_start_line(cell):
+        payload["start_line"] = True  # wait for the runner's go on stdin before measuring
     if platform is not None and not platform.host_cores_inside:
         payload["cores"] = None  # a guest numbers its vCPUs itself: the platform places the cell
     if cell.network and platform is not None:
@@ -162,8 +166,11 @@ def platform_for(cell: Cell) -> Platform:
     return PLATFORMS.get(cell.platform)(entry)
 
 
-def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
-    """Launch ``cell`` on its platform, collect its records, clean up, return the outcome."""
+def run_cell(cell: Cell, platform: Platform | None = None,
+             on_ready: Callable[[Launched], None] | None = None) -> CellOutcome:
+    """Launch ``cell`` on its platform, collect its records, clean up, return the outcome.
+    ``on_ready`` is called when a cell at the start line (a duet member) is ready to measure:
+    the caller writes its go to ``launched.proc.stdin``."""
     platform = platform or platform_for(cell)
     started_at = time.time()
     probes = ProbeSession(cell.probes)
@@ -180,6 +187,10 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
         window = Window(cell_cores(cell), cell.contamination_threshold, co_tenants)
 
         def on_mark(kind: str) -> None:
+            if kind == "ready":
+                if on_ready is not None:
+                    on_ready(launched)
+                return
             window.mark(kind)
             if kind == "done":  # probes read the cell's counters when its last phase ends, while its cgroup exists
                 probes.mark("done")
@@ -215,6 +226,9 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
             probes.abort()
             platform.cleanup_cell(launched)
             reader.join(timeout=10)
+            if launched.proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    launched.proc.stdin.close()
         exit_code = launched.proc.returncode if status != "timeout" else None
         stderr.seek(0, 2)
         size = stderr.tell()
@@ -248,6 +262,8 @@ def run_cell(cell: Cell, platform: Platform | None = None) -> CellOutcome:
             outcome.items.append(record)
         elif kind == "done":
             outcome.done = record
+        elif kind == "run_start" and "start_line_wait_s" in record:  # a duet member's wait for its partner
+            outcome.platform_info["start_line_wait_s"] = record["start_line_wait_s"]
         elif kind == "error":
             outcome.error = record.get("message")
     if reader.problem is not None:  # a malformed or oversized channel fails this cell, nothing else

@@ -9,10 +9,17 @@ and release skew (spread of the launch calls after the barrier, runner clock).
 A duet compares what its two members measure *at the same time*, but its members do not
 get ready at the same time: a gVisor cell imports torch for 7-9 s where bare metal takes
 2.5 s, so launched together, bare metal's measured window had ended before gVisor's began
-(measured on the default study). :class:`Leads` learns each member's lead (launch to its
-first measured item) from the pairs already run, and the member that gets ready sooner is
-launched that much later. Each duet outcome records the delay and the ``overlap`` of the
-two measured windows (the share of the longer window in which both measured).
+(measured on the default study). Two things line them up:
+
+* the :class:`StartLine`: a member ready to measure says ``ready`` and waits for a go on its
+  stdin, which the runner writes to all members once all are ready (or have ended). Bare
+  metal, Docker's engines and the OCI runtimes carry stdin to the cell (``start_line``);
+* :class:`Leads`, for platforms that cannot: each member's lead (launch to its first
+  measured item) is learnt from the pairs already run, and the member that gets ready
+  sooner is launched that much later.
+
+Each duet outcome records its lead, delay and the ``overlap`` of the two measured windows
+(the share of the longer window in which both measured).
 """
 
 from __future__ import annotations
@@ -121,6 +128,45 @@ class Leads:
         return [0.0 if latest - lead < MIN_DELAY_S else min(MAX_DELAY_S, latest - lead) for lead in leads]
 
 
+class StartLine:
+    """A duet's members, each ready to measure, wait here until all are (or have ended): then
+    every waiting member gets its go on stdin at once. Launch delays (:class:`Leads`) bring
+    them close; the start line takes out the start-up jitter that remains (gVisor's torch
+    import varies by ±1 s here, which left 2-s windows overlapping about half)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._waiting: dict[int, Launched] = {}
+        self._ended: set[int] = set()
+        self.went = False
+
+    def arrive(self, index: int, launched: Launched) -> None:
+        with self._lock:
+            self._waiting[index] = launched
+            self._go_if_all_there()
+
+    def leave(self, index: int) -> None:
+        """A member ended (finished, failed or never got ready): the others need not wait for it."""
+        with self._lock:
+            self._ended.add(index)
+            self._go_if_all_there()
+
+    def _go_if_all_there(self) -> None:
+        if self.went or len(self._waiting.keys() | self._ended) < self._size:
+            return
+        self.went = True
+        for launched in self._waiting.values():
+            stdin = launched.proc.stdin
+            if stdin is None:
+                continue
+            try:
+                stdin.write(b"go\n")
+                stdin.flush()
+            except OSError:  # the member died while waiting: its outcome says so
+                pass
+
+
 def run_group(cells: list[Cell], platform: Platform | list[Platform],
               leads: Leads | None = None) -> list[CellOutcome]:
     """Run the members of a tenant group (one platform) or a duet pair (a platform per member)
@@ -136,15 +182,21 @@ def run_group(cells: list[Cell], platform: Platform | list[Platform],
     released = [0.0] * len(cells)
     errors: list[BaseException] = []
 
+    line = StartLine(len(cells)) if cells[0].duet else None
+
     def tenant(index: int) -> None:
         try:
             barrier.wait()
             released[index] = time.monotonic()  # release skew: the barrier's, not the delay
             if delays[index] > 0:
                 time.sleep(delays[index])
-            outcomes[index] = run_cell(cells[index], tracked[index])  # type: ignore[arg-type]
+            ready = (lambda launched: line.arrive(index, launched)) if line is not None else None
+            outcomes[index] = run_cell(cells[index], tracked[index], ready)  # type: ignore[arg-type]
         except BaseException as exc:  # noqa: BLE001 - re-raised in the runner's thread
             errors.append(exc)
+        finally:
+            if line is not None:
+                line.leave(index)
 
     threads = [threading.Thread(target=tenant, args=(i,), name=f"tenant-{i}", daemon=True)
                for i in range(len(cells))]

@@ -25,6 +25,26 @@ ITEM_BATCH = 512
 ITEM_FLUSH_S = 1.0
 
 
+#: a duet member waits at most this long at the start line for its partner (then measures alone)
+START_LINE_TIMEOUT_S = 300.0
+
+
+def wait_for_go(timeout_s: float) -> float | None:
+    """Block until the runner writes a line on stdin (the go of a duet's start line) or closes
+    it; return the seconds waited, or None when nothing came within ``timeout_s``."""
+    import select
+
+    started = time.perf_counter()
+    try:
+        ready, _, _ = select.select([0], [], [], timeout_s)
+        if not ready:
+            return None
+        os.read(0, 64)
+    except (OSError, ValueError):  # no stdin at all: nothing to wait for
+        pass
+    return time.perf_counter() - started
+
+
 def claim_stdout_for_records() -> IO[str]:
     """Return a text stream on the original stdout and send fd 1 to stderr."""
     record_fd = os.dup(1)
@@ -47,6 +67,7 @@ class CellContext:
         self._warmup_items = int(cell.get("warmup_items") or 0)
         self._warmed = 0
         self._run_started: float | None = None
+        self._measuring_since: float | None = None
         #: item records written in batches: encoding and writing one per item between timed items
         #: polluted the caches the next item ran in (measured: +6% per item and twice the spread
         #: between cells for a 2.5 ms LeNet step)
@@ -94,17 +115,31 @@ class CellContext:
         # much was imported, which made the mean of a cell swing by several percent between processes.
         gc.collect()
         gc.freeze()
-        if not self._warmup_items:
-            self.emit({"type": "run_start"})
         self._run_started = time.perf_counter()
+        if not self._warmup_items:
+            self._open_window({"type": "run_start"})
+
+    def _open_window(self, record: dict[str, Any]) -> None:
+        """Start the measured window: a duet member first waits at the start line."""
+        if self.cell.get("start_line"):
+            self.emit({"type": "ready"})
+            self._stream.flush()
+            waited = wait_for_go(START_LINE_TIMEOUT_S)
+            record = {**record, "start_line_wait_s": waited}
+        self.emit(record)
+        self._run_started = self._measuring_since = time.perf_counter()
+
+    def measured_s(self) -> float:
+        """Seconds since the measured window opened (0 during set-up and warm-up items): what a
+        workload's ``min_seconds`` counts."""
+        return 0.0 if self._measuring_since is None else time.perf_counter() - self._measuring_since
 
     def item(self, phases: dict[str, float], e2e: float) -> None:
         """Report one timed item: its phase durations and its end-to-end time (seconds)."""
         if self._warmed < self._warmup_items:
             self._warmed += 1
             if self._warmed == self._warmup_items:  # the measured window starts with the next item
-                self.emit({"type": "run_start", "warmup_items": self._warmed})
-                self._run_started = time.perf_counter()
+                self._open_window({"type": "run_start", "warmup_items": self._warmed})
             return
         with self._lock:
             self._pending.append({"type": "item", "i": self._items, "e2e": e2e, "phases": phases})

@@ -9,7 +9,6 @@ together. Requests run one after another, ``batch_size`` samples each.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -60,10 +59,9 @@ def infer_loop(ctx: CellContext, params: InferParams, device: Any, preprocess: C
     clock = phase_clock(mode)
     answers = 0
     ctx.start_run()
-    started = time.perf_counter()
     with torch.inference_mode():
         index = 0
-        while index < params.requests or time.perf_counter() - started < params.min_seconds:
+        while index < params.requests or ctx.measured_s() < params.min_seconds:
             clock.start()
             batch = preprocess(index)
             clock.lap("preprocess")

@@ -170,7 +170,6 @@ def _loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, optim
     step = epochs_done = in_epoch = 0
     batches = iter(loader)
     ctx.start_run()
-    started = time.perf_counter()
     while True:
         clock.start()
         try:
@@ -203,7 +202,7 @@ def _loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, optim
         if in_epoch == steps_per_epoch:
             epochs_done, in_epoch = epochs_done + 1, 0
         counted = epochs_done >= params.epochs if params.epochs else step >= params.steps
-        if counted and time.perf_counter() - started >= params.min_seconds:
+        if counted and ctx.measured_s() >= params.min_seconds:
             break
     ctx.emit({"type": "note", **{f"final_{k}": v for k, v in log.items()}})
     ctx.note(timing=mode, sync_timing=params.sync_timing, device=str(device), steps=step,
