@@ -231,6 +231,22 @@ def test_duet_members_wait_at_the_start_line_and_measure_at_the_same_time(tmp_pa
         assert info["duet"]["overlap"] > 0.85, info["duet"]
 
 
+def test_a_duet_member_whose_data_is_copied_in_still_gets_its_go(tmp_path: Path) -> None:
+    # data_mount: copy starts the container with `docker start`, which attaches stdin only when asked
+    need_docker()
+    out = tmp_path / "out"
+    lenet = {"name": "lenet-train", "params": {"steps": 4, "batch_size": 8, "n_train": 64, "min_seconds": 0.5}}
+    study = write_study(tmp_path / "d.yaml", _study(
+        schedule="duet", repetitions=1, reruns=0, timeout_s=90, workloads=[lenet],
+        platforms=[{"name": "baremetal"}, {"name": "docker", "knobs": {"data_mount": "copy"}}]))
+    result = run_cli("run", str(study), "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cells = _cells(out)
+    assert [c["status"] for c in cells] == ["ok", "ok"], [c["error"] for c in cells]
+    assert all(c["platform_info"]["duet"]["overlap"] > 0.8 for c in cells), [c["platform_info"] for c in cells]
+    assert all(c["wall_s"] < 60 for c in cells)  # no member sat out the start line's timeout
+
+
 def test_the_start_line_lets_everyone_go_once_all_are_ready_or_gone() -> None:
     from isobench.runner.tenancy import StartLine
 

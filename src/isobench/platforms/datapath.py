@@ -74,7 +74,9 @@ def copy_into(run_cmd: list[str], name: str, data_dir: str) -> list[str]:
     if copied.returncode != 0:
         _docker("rm", "-f", name)
         raise RuntimeError(f"docker cp of the data set failed: {copied.stderr.strip()}")
-    return ["docker", "start", "--attach", name]
+    # a duet member's start line comes on stdin: `docker start` attaches it only when asked to
+    interactive = ["--interactive"] if "--interactive" in run_cmd else []
+    return ["docker", "start", "--attach", *interactive, name]
 
 
 def bind_memory_node(group: CellCgroup, node: int) -> None:
