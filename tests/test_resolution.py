@@ -204,6 +204,12 @@ def test_leads_hold_back_the_member_that_gets_ready_sooner() -> None:
     for _ in range(LEAD_MEMORY):
         leads.learn([_outcome(by_key["gvisor"], 0.0, (500.0, 502.0))])
     assert max(leads.delays(pair)) == MAX_DELAY_S
+    # a wait at the start line is the partner's lateness, not start-up: it is not learnt as lead
+    waited = Leads()
+    late = _outcome(by_key["baremetal"], 0.0, (9.0, 11.0))
+    late.platform_info["start_line_wait_s"] = 6.5
+    waited.learn([late, _outcome(by_key["gvisor"], 0.0, (9.0, 11.0))])
+    assert waited.delays(pair) == pytest.approx([6.5, 0.0] if pair[0].platform_key == "baremetal" else [0.0, 6.5])
     # jitter is not held back for: two leads 0.1 s apart start together
     jitter = Leads()
     jitter.learn([_outcome(by_key["baremetal"], 0.0, (2.5, 4.5)), _outcome(by_key["gvisor"], 0.0, (2.6, 4.6))])
@@ -222,13 +228,17 @@ def test_duet_members_wait_at_the_start_line_and_measure_at_the_same_time(tmp_pa
         workloads=[{"name": "cpu-spin", "params": {"iterations": 1, "work": 1000, "min_seconds": 1.0}}]))
     result = run_cli("run", str(study), "--out", str(out), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+    bare = {}
     for cell in _cells(out):
         info = cell["platform_info"]
         # gVisor gets ready a second or more after bare metal (1.9 s against 0.45 s here); launched
         # together, their 1-s windows did not overlap at all. At the start line bare metal waits.
         if cell["platform_key"] == "baremetal":
-            assert info["start_line_wait_s"] > 0.5, info
+            bare[cell["rep"]] = info
         assert info["duet"]["overlap"] > 0.85, info["duet"]
+    assert bare[0]["start_line_wait_s"] > 0.5 and bare[0]["duet"]["delay_s"] == 0.0, bare[0]
+    # next time it is launched later by what it waited, and waits only for the jitter
+    assert bare[1]["duet"]["delay_s"] > 0.5 and bare[1]["start_line_wait_s"] < bare[0]["start_line_wait_s"], bare[1]
 
 
 def test_a_duet_member_whose_data_is_copied_in_still_gets_its_go(tmp_path: Path) -> None:

@@ -104,7 +104,10 @@ class Leads:
         for outcome in outcomes:
             if outcome.measured is None or outcome.launched_at is None:
                 continue
-            lead = outcome.measured[0] - outcome.launched_at
+            # time spent at the start line is the partner's lateness, not this member's start-up:
+            # counted in, it delayed the partner next time, which then waited longer (runaway)
+            waited = outcome.platform_info.get("start_line_wait_s")
+            lead = outcome.measured[0] - outcome.launched_at - (waited if isinstance(waited, int | float) else 0.0)
             cell = outcome.cell
             for memory in (self._exact.setdefault((cell.workload_key, cell.platform_key), []),
                            self._platform.setdefault(cell.platform_key, [])):

@@ -68,6 +68,7 @@ class CellContext:
         self._warmed = 0
         self._run_started: float | None = None
         self._measuring_since: float | None = None
+        self._start_line_wait: float | None = None
         #: item records written in batches: encoding and writing one per item between timed items
         #: polluted the caches the next item ran in (measured: +6% per item and twice the spread
         #: between cells for a 2.5 ms LeNet step)
@@ -109,23 +110,27 @@ class CellContext:
     def start_run(self) -> None:
         """Mark the start of the timed items (after setup): the runner reads the cell's CPU time
         and its cores' interference counters here (runner/interference.py), or after the
-        warm-up items when the cell has any."""
+        warm-up items when the cell has any. A duet member waits at the start line here, before
+        its warm-up items, so that the items after an idle wait are not measured: when members
+        waited 1-3 s after their warm-up, the waiting member of the default study's resnet-infer
+        A/A pair measured 8-30% slower in each of the four rounds it waited over a second."""
         # Set-up (torch's import alone) leaves hundreds of thousands of long-lived objects that every
         # full collection would walk again: frozen, the collector's pauses no longer depend on how
         # much was imported, which made the mean of a cell swing by several percent between processes.
         gc.collect()
         gc.freeze()
+        if self.cell.get("start_line"):
+            self.emit({"type": "ready"})
+            self._stream.flush()
+            self._start_line_wait = wait_for_go(START_LINE_TIMEOUT_S)
         self._run_started = time.perf_counter()
         if not self._warmup_items:
             self._open_window({"type": "run_start"})
 
     def _open_window(self, record: dict[str, Any]) -> None:
-        """Start the measured window: a duet member first waits at the start line."""
+        """Start the measured window (after the start line's go and the warm-up items)."""
         if self.cell.get("start_line"):
-            self.emit({"type": "ready"})
-            self._stream.flush()
-            waited = wait_for_go(START_LINE_TIMEOUT_S)
-            record = {**record, "start_line_wait_s": waited}
+            record = {**record, "start_line_wait_s": self._start_line_wait}
         self.emit(record)
         self._run_started = self._measuring_since = time.perf_counter()
 
