@@ -139,15 +139,20 @@ def test_duet_refuses_tenants_and_a_lone_baseline(tmp_path: Path) -> None:
     assert result.returncode == 2 and "tenant" in result.stderr
 
 
-def test_duet_pair_starts_behind_one_barrier_and_runs_side_by_side(tmp_path: Path) -> None:
-    need_docker()
+def _duet_of_spins(tmp_path: Path, platform: str) -> list[dict]:
+    """The cells of a 2-round duet of 1-s cpu-spin cells: bare metal against ``platform``."""
     out = tmp_path / "out"
     study = write_study(tmp_path / "d.yaml", _study(
-        schedule="duet", repetitions=2, reruns=0, platforms=[{"name": "baremetal"}, {"name": "docker"}],
+        schedule="duet", repetitions=2, reruns=0, platforms=[{"name": "baremetal"}, {"name": platform}],
         workloads=[{"name": "cpu-spin", "params": {"iterations": 1, "work": 1000, "min_seconds": 1.0}}]))
     result = run_cli("run", str(study), "--out", str(out), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    cells = _cells(out)
+    return _cells(out)
+
+
+def test_duet_pair_starts_behind_one_barrier_and_runs_side_by_side(tmp_path: Path) -> None:
+    need_docker()
+    cells = _duet_of_spins(tmp_path, "docker")
     assert len(cells) == 4 and all(c["status"] == "ok" for c in cells)
     by_pair: dict[str, list[dict]] = {}
     for cell in cells:
@@ -222,14 +227,8 @@ def test_leads_hold_back_the_member_that_gets_ready_sooner() -> None:
 def test_duet_members_wait_at_the_start_line_and_measure_at_the_same_time(tmp_path: Path) -> None:
     need_docker()
     need_tool("runsc")
-    out = tmp_path / "out"
-    study = write_study(tmp_path / "d.yaml", _study(
-        schedule="duet", repetitions=2, reruns=0, platforms=[{"name": "baremetal"}, {"name": "gvisor"}],
-        workloads=[{"name": "cpu-spin", "params": {"iterations": 1, "work": 1000, "min_seconds": 1.0}}]))
-    result = run_cli("run", str(study), "--out", str(out), timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
     bare = {}
-    for cell in _cells(out):
+    for cell in _duet_of_spins(tmp_path, "gvisor"):
         info = cell["platform_info"]
         # gVisor gets ready a second or more after bare metal (1.9 s against 0.45 s here); launched
         # together, their 1-s windows did not overlap at all. At the start line bare metal waits.
