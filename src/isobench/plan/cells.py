@@ -36,6 +36,8 @@ class DuetInfo:
     side: int
     #: the other member's platform entry
     partner: str
+    #: the pair trades cores every this many seconds while it runs (0: each keeps its side's)
+    swap_s: float = 0.0
 
 
 @dataclass(frozen=True)

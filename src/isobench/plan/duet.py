@@ -63,8 +63,10 @@ def pair_for_duet(study: Study, cells: list[Cell]) -> list[Cell]:
             pair = f"{tag}:{cell.group}"
             base_side = (cell.rep + index[cell.group]) % 2
             paired.append(replace(base, cell_id=f"{base.cell_id}/duet-{cell.platform_key}",
-                                  duet=DuetInfo(pair, cell.group, base_side, cell.platform_key)))
-            paired.append(replace(cell, duet=DuetInfo(pair, cell.group, 1 - base_side, base.platform_key)))
+                                  duet=DuetInfo(pair, cell.group, base_side, cell.platform_key,
+                                                study.duet_swap_s)))
+            paired.append(replace(cell, duet=DuetInfo(pair, cell.group, 1 - base_side, base.platform_key,
+                                                      study.duet_swap_s)))
         paired.extend(c for c in baselines if c.cell_id not in used and not any(
             c2.platform_key != baseline and _variant(c2) == _variant(c) for c2 in members))
     return [replace(cell, seq=seq) for seq, cell in enumerate(paired)]

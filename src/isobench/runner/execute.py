@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from isobench.plan.cells import Cell
@@ -60,6 +61,16 @@ class CellOutcome:
 MAX_RECORD_BYTES = 64 * 1024
 MAX_RECORDS = 2_000_000
 MAX_CHANNEL_BYTES = 512 * 2**20
+
+
+@dataclass
+class Beside:
+    """A cell run beside another by design (a duet member whose pair trades cores): the cores it
+    may move over, and the cgroups of the cells it shares them with (their CPU time there is the
+    design, not interference)."""
+
+    cores: list[int]
+    peers: Callable[[], list[dict[str, Path]]]
 
 
 def _number(value: Any) -> bool:
@@ -167,10 +178,12 @@ def platform_for(cell: Cell) -> Platform:
 
 
 def run_cell(cell: Cell, platform: Platform | None = None,
-             on_ready: Callable[[Launched], None] | None = None) -> CellOutcome:
+             on_ready: Callable[[Launched, dict[str, Path]], None] | None = None,
+             beside: Beside | None = None) -> CellOutcome:
     """Launch ``cell`` on its platform, collect its records, clean up, return the outcome.
-    ``on_ready`` is called when a cell at the start line (a duet member) is ready to measure:
-    the caller writes its go to ``launched.proc.stdin``."""
+    ``on_ready`` is called when a cell at the start line (a duet member) is ready to measure,
+    with its host cgroups: the caller writes its go to ``launched.proc.stdin``. ``beside`` says
+    which cores the cell may move over and whose CPU time there is not interference."""
     platform = platform or platform_for(cell)
     started_at = time.time()
     probes = ProbeSession(cell.probes)
@@ -184,12 +197,19 @@ def run_cell(cell: Cell, platform: Platform | None = None,
                                error=f"the platform could not start the cell: {type(exc).__name__}: {exc}",
                                stderr_tail="", started_at=started_at, wall_s=0.0, startup_s=None)
         co_tenants = cell.tenant.count - 1 if cell.tenant is not None else 0
-        window = Window(cell_cores(cell), cell.contamination_threshold, co_tenants)
+        cores = cell_cores(cell)
+        if beside is not None:
+            cores, co_tenants = sorted(set(cores) | set(beside.cores)), max(co_tenants, 1)
+        window = Window(cores, cell.contamination_threshold, co_tenants)
+        if beside is not None:
+            window.peers = beside.peers
+        targeted = threading.Event()  # the cell's cgroups are known (or will never be)
 
         def on_mark(kind: str) -> None:
             if kind == "ready":
                 if on_ready is not None:
-                    on_ready(launched)
+                    targeted.wait(timeout=60)
+                    on_ready(launched, dict(window.cgroups or {}))
                 return
             window.mark(kind)
             if kind == "done":  # probes read the cell's counters when its last phase ends, while its cgroup exists
@@ -209,6 +229,8 @@ def run_cell(cell: Cell, platform: Platform | None = None,
                 for entry in probes.outcome.status.values():
                     if entry["status"] == "ok":
                         entry.update(status="failed", reason=f"no probe target: {exc}")
+            finally:
+                targeted.set()
             if probes.probes and target is not None:
                 probes.start(target)
             try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,9 @@ class Snapshot:
     #: the cell's cgroup: total CPU ns and CPU ns per core (None: no cgroup to read)
     cell_ns: int | None = None
     cell_percpu_ns: list[int] = field(default_factory=list)
+    #: the CPU ns per core of the cells that share these cores by design (a duet's partner, when the
+    #: pair trades cores): their time is not "other" either
+    peer_percpu_ns: list[int] = field(default_factory=list)
 
 
 def read_stat(text: str | None = None) -> dict[int, tuple[int, int]]:
@@ -84,9 +88,16 @@ def _cell_cpu(cgroups: dict[str, Path]) -> tuple[int | None, list[int]]:
     return total, percpu
 
 
-def snapshot(cgroups: dict[str, Path] | None) -> Snapshot:
+def snapshot(cgroups: dict[str, Path] | None, peers: list[dict[str, Path]] | None = None) -> Snapshot:
     total, percpu = _cell_cpu(cgroups or {})
-    return Snapshot(time.monotonic(), read_stat(), read_schedstat(), total, percpu)
+    peer: list[int] = []
+    for groups in peers or []:
+        _, theirs = _cell_cpu(groups)
+        if not peer:
+            peer = theirs
+        elif len(theirs) == len(peer):
+            peer = [a + b for a, b in zip(peer, theirs, strict=True)]
+    return Snapshot(time.monotonic(), read_stat(), read_schedstat(), total, percpu, peer)
 
 
 def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
@@ -110,6 +121,10 @@ def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
         if len(start.cell_percpu_ns) == len(end.cell_percpu_ns):
             on_cores = sum(end.cell_percpu_ns[c] - start.cell_percpu_ns[c]
                            for c in cores if c < len(end.cell_percpu_ns)) / 1e9
+            if start.peer_percpu_ns and len(start.peer_percpu_ns) == len(end.peer_percpu_ns):
+                on_cores += sum(end.peer_percpu_ns[c] - start.peer_percpu_ns[c]
+                                for c in cores if c < len(end.peer_percpu_ns)) / 1e9
+                co_tenants = 0  # the co-tenants' time is known and taken out: judge the rest in full
             # /proc/stat counts in ticks: small negative differences are rounding, not work
             result["other_cpu_s"] = max(0.0, busy - on_cores)
     if sampled_runq is not None:
@@ -183,6 +198,8 @@ class Window:
         self.threshold = threshold
         self.co_tenants = co_tenants
         self.cgroups: dict[str, Path] | None = None
+        #: the cgroups of cells sharing these cores by design (a duet partner trading cores with it)
+        self.peers: Callable[[], list[dict[str, Path]]] | None = None
         self.start: Snapshot | None = None
         self.end: Snapshot | None = None
         #: the measured window on the runner's monotonic clock (a duet's members are compared on it)
@@ -195,13 +212,13 @@ class Window:
         try:
             if kind == "run_start" and self.start is None:
                 self.opened_at = time.monotonic()
-                self.start = snapshot(self.cgroups)
+                self.start = snapshot(self.cgroups, self.peers() if self.peers else None)
                 if not self.start.sched:
                     self._sampler = _RunqSampler()
                     self._sampler.start()
             elif kind == "done" and self.start is not None and self.end is None:
                 self.closed_at = time.monotonic()
-                self.end = snapshot(self.cgroups)
+                self.end = snapshot(self.cgroups, self.peers() if self.peers else None)
                 self.close()
         except Exception:  # accounting must never break the record channel
             pass

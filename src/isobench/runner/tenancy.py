@@ -28,11 +28,13 @@ import statistics
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
+from isobench.hostinfo import parse_cpu_list
 from isobench.plan.cells import Cell
 from isobench.platforms.base import Launched, Platform
-from isobench.runner.execute import CellOutcome, run_cell
+from isobench.runner.execute import Beside, CellOutcome, run_cell
 
 
 def _unit_of(cell: Cell) -> str | None:
@@ -131,34 +133,106 @@ class Leads:
         return [0.0 if latest - lead < MIN_DELAY_S else min(MAX_DELAY_S, latest - lead) for lead in leads]
 
 
+class CoreTrade(threading.Thread):
+    """A duet's members trade cores every ``period_s`` from their go until one ends.
+
+    The cores of this VM slow down one at a time, by up to 1.8x for a second or so, invisibly
+    to steal or CPU-time accounting; on fixed sides such a spell slows one member of a pair
+    and its ratio with it (lenet-train A/A pairs: SD 5.0% of the ratio). Trading cores every
+    0.1 s gives both members the same share of each core's spells (SD 1.0%, same host and
+    hour). A trade rewrites each member's ``cpuset.cpus`` (cgroup v1 moves every task of the
+    group at once), so it works for any platform whose cell has a cpuset cgroup on the host."""
+
+    def __init__(self, period_s: float, cores: list[str]) -> None:
+        super().__init__(daemon=True, name="core-trade")
+        self.period_s = period_s
+        self.cores = cores
+        self.dirs: list[Path | None] = [None] * len(cores)
+        self.cgroups: list[dict[str, Path]] = [{} for _ in cores]
+        self.trades = 0
+        self.problem: str | None = None
+        self._stopping = threading.Event()
+
+    def enlist(self, index: int, cgroups: dict[str, Path]) -> None:
+        self.cgroups[index] = cgroups
+        self.dirs[index] = cgroups.get("cpuset")
+
+    def peers_of(self, index: int) -> list[dict[str, Path]]:
+        return [groups for other, groups in enumerate(self.cgroups) if other != index and groups]
+
+    def begin(self) -> None:
+        """At the go: trade if every member has a cpuset cgroup to trade through."""
+        if any(d is None for d in self.dirs):
+            self.problem = "a member has no cpuset cgroup on the host: the pair kept its sides"
+            return
+        self.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        turn = 0
+        while not self._stopping.wait(self.period_s):
+            turn += 1
+            try:
+                for index, directory in enumerate(self.dirs):
+                    core = self.cores[(index + turn) % len(self.cores)]
+                    (directory / "cpuset.cpus").write_text(core)  # type: ignore[operator]
+            except OSError as exc:
+                # a member that ended takes its cgroup with it: that ends the trading, it is no fault
+                if not self._stopping.is_set() and all(d is not None and d.is_dir() for d in self.dirs):
+                    self.problem = f"a trade failed, the pair kept its cores from then on: {exc}"
+                return
+            self.trades += 1
+
+    def describe(self) -> dict[str, Any]:
+        return {"period_s": self.period_s, "trades": self.trades, "problem": self.problem}
+
+
+def trades_cores(cells: list[Cell], platforms: list[Platform]) -> bool:
+    """Whether a duet pair trades cores: it asks to, and each member has host cores of its own."""
+    duet = cells[0].duet
+    return (duet is not None and duet.swap_s > 0 and len(cells) == 2
+            and all(c.cores for c in cells) and len({c.cores for c in cells}) == 2
+            and all(p.host_cores_inside for p in platforms))
+
+
 class StartLine:
     """A duet's members, each ready to measure, wait here until all are (or have ended): then
     every waiting member gets its go on stdin at once. Launch delays (:class:`Leads`) bring
     them close; the start line takes out the start-up jitter that remains (gVisor's torch
     import varies by ±1 s here, which left 2-s windows overlapping about half)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, trade: CoreTrade | None = None) -> None:
         self._size = size
+        self._trade = trade
         self._lock = threading.Lock()
         self._waiting: dict[int, Launched] = {}
         self._ended: set[int] = set()
         self.went = False
 
-    def arrive(self, index: int, launched: Launched) -> None:
+    def arrive(self, index: int, launched: Launched, cgroups: dict[str, Path] | None = None) -> None:
         with self._lock:
             self._waiting[index] = launched
+            if self._trade is not None:
+                self._trade.enlist(index, cgroups or {})
             self._go_if_all_there()
 
     def leave(self, index: int) -> None:
-        """A member ended (finished, failed or never got ready): the others need not wait for it."""
+        """A member ended (finished, failed or never got ready): the others need not wait for it,
+        and the pair trades cores no more."""
         with self._lock:
             self._ended.add(index)
+            if self._trade is not None:
+                self._trade.stop()
             self._go_if_all_there()
 
     def _go_if_all_there(self) -> None:
         if self.went or len(self._waiting.keys() | self._ended) < self._size:
             return
         self.went = True
+        if self._trade is not None and not self._ended:
+            self._trade.begin()
         for launched in self._waiting.values():
             stdin = launched.proc.stdin
             if stdin is None:
@@ -185,7 +259,11 @@ def run_group(cells: list[Cell], platform: Platform | list[Platform],
     released = [0.0] * len(cells)
     errors: list[BaseException] = []
 
-    line = StartLine(len(cells)) if cells[0].duet else None
+    trade = None
+    if trades_cores(cells, platforms):
+        trade = CoreTrade(cells[0].duet.swap_s, [str(c.cores) for c in cells])  # type: ignore[union-attr]
+    line = StartLine(len(cells), trade) if cells[0].duet else None
+    every_core = sorted({core for c in cells for core in parse_cpu_list(c.cores or "")})
 
     def tenant(index: int) -> None:
         try:
@@ -193,8 +271,9 @@ def run_group(cells: list[Cell], platform: Platform | list[Platform],
             released[index] = time.monotonic()  # release skew: the barrier's, not the delay
             if delays[index] > 0:
                 time.sleep(delays[index])
-            ready = (lambda launched: line.arrive(index, launched)) if line is not None else None
-            outcomes[index] = run_cell(cells[index], tracked[index], ready)  # type: ignore[arg-type]
+            ready = (lambda launched, cgroups: line.arrive(index, launched, cgroups)) if line is not None else None
+            beside = Beside(every_core, lambda: trade.peers_of(index)) if trade is not None else None
+            outcomes[index] = run_cell(cells[index], tracked[index], ready, beside)  # type: ignore[arg-type]
         except BaseException as exc:  # noqa: BLE001 - re-raised in the runner's thread
             errors.append(exc)
         finally:
@@ -218,10 +297,12 @@ def run_group(cells: list[Cell], platform: Platform | list[Platform],
         for thread in threads:
             thread.join(timeout=60)
         raise
+    if trade is not None:
+        trade.stop()
     if errors:
         raise errors[0]
     done = [o for o in outcomes if o is not None]
-    annotate(done, released, delays)
+    annotate(done, released, delays, trade)
     if leads is not None:
         leads.learn(done)
     return done
@@ -238,7 +319,8 @@ def overlap(outcomes: list[CellOutcome]) -> float | None:
     return max(0.0, end - start) / longest if longest > 0 else None
 
 
-def annotate(outcomes: list[CellOutcome], released: list[float], delays: list[float] | None = None) -> None:
+def annotate(outcomes: list[CellOutcome], released: list[float], delays: list[float] | None = None,
+             trade: CoreTrade | None = None) -> None:
     """Record each tenant's index and the group's start and release skew in its platform_info;
     a duet member also its delay and the members' window overlap."""
     starts = [o.hello.get("wall_time") for o in outcomes if o.hello and o.hello.get("wall_time")]
@@ -256,7 +338,7 @@ def annotate(outcomes: list[CellOutcome], released: list[float], delays: list[fl
                 "release_skew_s": release_skew, "delay_s": delays[index] if delays else 0.0,
                 "lead_s": (outcome.measured[0] - outcome.launched_at)
                 if outcome.measured and outcome.launched_at is not None else None,
-                "overlap": shared}
+                "overlap": shared, "trade": trade.describe() if trade is not None else None}
             continue
         outcome.platform_info["tenancy"] = {
             "tenant": tenant.index if tenant else None, "tenants": tenant.count if tenant else None,
