@@ -124,3 +124,18 @@ def test_real_adaptive_study_on_bare_metal(tmp_path: Path, tiny_spin: dict) -> N
     report = run_cli("report", str(out), "--format", "md", "-o", str(tmp_path / "r.md"))
     assert report.returncode == 0, report.stderr
     assert "### Adaptive repetitions" in (tmp_path / "r.md").read_text()
+
+
+def test_the_time_budget_prices_the_next_round_by_the_groups_it_runs(tmp_path: Path) -> None:
+    from isobench.runner.adaptive import next_round_cost
+
+    tight = STUDY.replace("target: 0.02", "target: 0.0005").replace("max_repetitions: 12", "max_repetitions: 3")
+    store = _simulate(tmp_path, tight)  # every cell took 1 s: 3 rounds and a warm-up of 4 groups
+    study = load_study_text(tight, "auto.yaml", check_host=False)
+    groups = {c.platform_key: c.group for c in expand(study)}
+    # a round of every group costs 4 cells; one of the noisy comparison costs it and its baseline only
+    assert next_round_cost(store, study, 3, set(groups.values())) == pytest.approx(4.0)
+    assert next_round_cost(store, study, 3, {groups["noisy"], groups["baremetal"]}) == pytest.approx(2.0)
+    # a cell whose earlier rounds took longer costs what they took
+    store.conn.execute("UPDATE cells SET wall_s = 5.0 WHERE platform_key = 'noisy'")
+    assert next_round_cost(store, study, 3, {groups["noisy"], groups["baremetal"]}) == pytest.approx(6.0)

@@ -166,8 +166,9 @@ def test_duet_pair_starts_behind_one_barrier_and_runs_side_by_side(tmp_path: Pat
         starts = [m["started_at"] + m["startup_s"] for m in members]
         ends = [m["started_at"] + m["wall_s"] for m in members]
         assert max(starts) < min(ends), (starts, ends)
-        if len(host_cpus()) >= 2:  # on disjoint cores
+        if len(host_cpus()) >= 2:  # on disjoint cores, traded every 0.1 s while they ran
             assert members[0]["inside"]["affinity"] != members[1]["inside"]["affinity"]
+            assert duet[0]["trade"]["trades"] >= 5 and duet[0]["trade"]["problem"] is None, duet[0]
         sides.append({m["platform_key"]: m["platform_info"]["duet"]["side"] for m in members})
     assert sides[0]["baremetal"] != sides[1]["baremetal"]  # swapped between the two rounds
 
@@ -235,6 +236,8 @@ def test_duet_members_wait_at_the_start_line_and_measure_at_the_same_time(tmp_pa
         if cell["platform_key"] == "baremetal":
             bare[cell["rep"]] = info
         assert info["duet"]["overlap"] > 0.85, info["duet"]
+        if len(host_cpus()) >= 2:  # the sandbox's cpuset cgroup trades cores like any other
+            assert info["duet"]["trade"]["trades"] >= 5 and info["duet"]["trade"]["problem"] is None, info["duet"]
     assert bare[0]["start_line_wait_s"] > 0.5 and bare[0]["duet"]["delay_s"] == 0.0, bare[0]
     # next time it is launched later by what it waited, and waits only for the jitter
     assert bare[1]["duet"]["delay_s"] > 0.5 and bare[1]["start_line_wait_s"] < bare[0]["start_line_wait_s"], bare[1]
@@ -420,3 +423,80 @@ def test_co_tenants_are_not_contamination_but_steal_still_is() -> None:
     stolen = Snapshot(2.0, {1: (2 * USER_HZ, int(0.5 * USER_HZ))}, {}, int(0.5e9), [0, int(0.5e9)])
     flagged = account(start, stolen, [1], items=10, threshold=0.1, co_tenants=3)
     assert flagged["contaminated"] and flagged["kind"] == "steal"  # what it was judged on, not the co-tenants
+
+
+# -- a duet's core trade ------------------------------------------------------------------------
+
+def _spinning_groups(cores: list[int]):
+    from isobench.liveness import runner_tag
+    from isobench.platforms.baremetal import PARENT, cgroups_writable
+    from isobench.platforms.cgroups import CellCgroup
+
+    need_root()
+    if cgroups_writable() is not None or len(host_cpus()) < 2:
+        pytest.skip(f"host cannot make cpuset cgroups on two cores: {cgroups_writable() or 'one core'}")
+    groups, procs = [], []
+    for core in cores:
+        group = CellCgroup.create(f"{PARENT}/{runner_tag()}/trade-{core}", cpus=None, cpuset=[core], memory=None)
+        groups.append(group)
+        proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        group.join(proc.pid)
+        procs.append(proc)
+    return groups, procs
+
+
+def _percpu(group) -> list[int]:
+    return [int(v) for v in (group.dirs["cpuacct"] / "cpuacct.usage_percpu").read_text().split()]
+
+
+@pytest.mark.parametrize("period_s", [0.05, 0.0])
+def test_a_duet_pair_trades_cores_so_each_member_runs_on_both(period_s: float) -> None:
+    from isobench.runner.tenancy import CoreTrade
+
+    cores = host_cpus()[:2]
+    groups, procs = _spinning_groups(cores)
+    try:
+        trade = CoreTrade(period_s, [str(c) for c in cores]) if period_s else None
+        before = [_percpu(g) for g in groups]
+        if trade is not None:
+            for index, group in enumerate(groups):
+                trade.enlist(index, dict(group.dirs))
+            trade.begin()
+        time.sleep(1.5)
+        if trade is not None:
+            trade.stop()
+            trade.join(timeout=5)
+        used = [[b - a for a, b in zip(start, _percpu(g), strict=True)] for start, g in zip(before, groups, strict=True)]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        for group in groups:
+            group.destroy()
+    for spent in used:
+        share = min(spent[c] for c in cores) / sum(spent[c] for c in cores)
+        if period_s:  # every member ran on both cores, about half the time on each
+            assert share > 0.25, used
+        else:  # on fixed sides each stays on its own core
+            assert share < 0.05, used
+    if trade is not None:
+        assert trade.trades >= 10 and trade.problem is None, trade.describe()
+
+
+def test_a_trading_partners_cpu_time_is_not_interference() -> None:
+    from isobench.runner.interference import USER_HZ, Snapshot, account
+
+    # 2 s on two cores, both busy: the cell used 1 s (half on each), its trading partner 1 s
+    start = Snapshot(0.0, {0: (0, 0), 1: (0, 0)}, {}, 0, [0, 0], [0, 0])
+    end = Snapshot(2.0, {0: (2 * USER_HZ, 0), 1: (2 * USER_HZ, 0)}, {}, int(2e9), [int(1e9), int(1e9)],
+                   [int(1e9), int(1e9)])
+    result = account(start, end, [0, 1], items=10, threshold=0.1, co_tenants=1)
+    assert result["other_cpu_s"] == pytest.approx(0.0) and not result["contaminated"]
+    assert "judged_on" not in result  # the partner's time is known, so the rest is judged in full
+    # a neighbour that took another 0.5 s on those cores is still seen
+    crowded = Snapshot(2.0, {0: (2 * USER_HZ, 0), 1: (2 * USER_HZ, 0)}, {}, int(1.5e9), [int(0.75e9), int(0.75e9)],
+                       [int(1e9), int(1e9)])
+    assert account(start, crowded, [0, 1], items=10, threshold=0.1, co_tenants=1)["other_cpu_s"] == pytest.approx(0.5)
+    # without the partner's counters (its group went away), only steal is judged
+    blind = Snapshot(2.0, end.stat, {}, end.cell_ns, end.cell_percpu_ns, [])
+    assert "judged_on" in account(start, blind, [0, 1], items=10, threshold=0.1, co_tenants=1)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -153,10 +154,10 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
     if rounds >= settings.max_repetitions:
         budget = f"the budget of {settings.max_repetitions} repetitions ran out"
     elif settings.max_time_s is not None:
-        per_round = spent_s / max(1, rounds + study.warmup)
+        per_round = next_round_cost(store, study, rounds, active)
         if spent_s + per_round > settings.max_time_s:
             budget = (f"the time budget ran out ({spent_s:.0f} s spent of {settings.max_time_s:.0f} s; "
-                      f"another round needs about {per_round:.0f} s)")
+                      f"another round of the {len(active)} group(s) still running needs about {per_round:.0f} s)")
     if budget:
         for state in states:
             if state.status == "running":
@@ -165,6 +166,26 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
     running = sum(s.status == "running" for s in states)
     return Decision(rounds, False, f"{running} comparison(s) still inconclusive" + rule, states, active, spent_s,
                     alpha, looks)
+
+
+def _series(cell_id: str) -> str:
+    """A cell id without its round: ``g/r3/duet-x`` and ``g/r4/duet-x`` are the same series."""
+    return re.sub(r"/[rw]\d+(?=/|$)", "", cell_id)
+
+
+def next_round_cost(store: Store, study: Study, rounds: int, active: set[str]) -> float:
+    """Cell seconds the next round takes: it runs only the active groups' cells, each costing what
+    the same cell took in earlier rounds on average (a gVisor pair takes twice a bare-metal one)."""
+    walls: dict[str, list[float]] = {}
+    for cell_id, wall in store.conn.execute("SELECT cell_id, wall_s FROM cells WHERE warmup = 0"):
+        walls.setdefault(_series(cell_id), []).append(wall or 0.0)
+    everything = [w for series in walls.values() for w in series]
+    fallback = sum(everything) / len(everything) if everything else 0.0
+    cost = 0.0
+    for cell in _round(expand(study, rounds + 1), rounds, active):
+        seen = walls.get(_series(cell.cell_id))
+        cost += sum(seen) / len(seen) if seen else fallback
+    return cost
 
 
 def _key(state: dict[str, Any]) -> str:

@@ -155,7 +155,10 @@ class CoreTrade(threading.Thread):
 
     def enlist(self, index: int, cgroups: dict[str, Path]) -> None:
         self.cgroups[index] = cgroups
-        self.dirs[index] = cgroups.get("cpuset")
+        unified = cgroups.get("unified")
+        # cgroup v1's cpuset controller, else a cgroup2 group with the cpuset controller enabled
+        self.dirs[index] = cgroups.get("cpuset") or (unified if unified and (unified / "cpuset.cpus").exists()
+                                                     else None)
 
     def peers_of(self, index: int) -> list[dict[str, Path]]:
         return [groups for other, groups in enumerate(self.cgroups) if other != index and groups]
