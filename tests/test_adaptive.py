@@ -139,3 +139,21 @@ def test_the_time_budget_prices_the_next_round_by_the_groups_it_runs(tmp_path: P
     # a cell whose earlier rounds took longer costs what they took
     store.conn.execute("UPDATE cells SET wall_s = 5.0 WHERE platform_key = 'noisy'")
     assert next_round_cost(store, study, 3, {groups["noisy"], groups["baremetal"]}) == pytest.approx(6.0)
+
+
+def test_a_duet_pair_spends_its_time_once(tmp_path: Path) -> None:
+    from isobench.runner.adaptive import next_round_cost, study_seconds
+
+    text = STUDY.replace("warmup: 1", "warmup: 0\nschedule: duet")
+    study = load_study_text(text, "auto.yaml", check_host=False)
+    store = Store.create(tmp_path, text, study.name, "auto.yaml", {})
+    pairs = set()
+    for cell in expand(study):  # 3 rounds of 3 pairs; in each pair the compared cell takes 2 s, its baseline 1 s
+        outcome = _outcome(cell, 0.01)
+        outcome.wall_s = 1.0 if cell.platform_key == "baremetal" else 2.0
+        outcome.platform_info["duet"] = {"pair": cell.duet.pair}
+        pairs.add(cell.duet.pair)
+        assert store.record(outcome, cell.platform_key)
+    assert len(pairs) == 9 and study_seconds(store) == pytest.approx(9 * 2.0)
+    groups = {c.group for c in expand(study)}
+    assert next_round_cost(store, study, 3, groups) == pytest.approx(3 * 2.0)

@@ -138,7 +138,7 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
         if state.status == "running":
             active.add(group_key(c.workload, c.params, c.label, c.knobs))
             active.update(group_key(c.workload, c.params, baseline, k) for k in _baseline_knobs(store, c, baseline))
-    spent_s = sum(row[0] or 0.0 for row in store.conn.execute("SELECT wall_s FROM cells"))
+    spent_s = study_seconds(store)
     rule = f" (look at {rounds} round(s): α={alpha:.4f}; {RULE})"
     if not states:
         return Decision(rounds, True, f"no comparison of {settings.metric} to check (is there a baseline?)",
@@ -173,19 +173,36 @@ def _series(cell_id: str) -> str:
     return re.sub(r"/[rw]\d+(?=/|$)", "", cell_id)
 
 
+def _unit(cell_id: str, info: dict[str, Any]) -> str:
+    """What ran at once with the cell: its duet pair, its tenant group, or the cell alone."""
+    return str((info.get("duet") or {}).get("pair") or (info.get("tenancy") or {}).get("group") or cell_id)
+
+
+def study_seconds(store: Store) -> float:
+    """The study's time so far: each cell's launch-to-exit time, where the cells that ran at
+    once (a duet pair, a tenant group) count once, as long as their longest member."""
+    units: dict[str, float] = {}
+    for cell_id, wall, info in store.conn.execute("SELECT cell_id, wall_s, platform_info FROM cells"):
+        unit = _unit(cell_id, json.loads(info or "{}"))
+        units[unit] = max(units.get(unit, 0.0), wall or 0.0)
+    return sum(units.values())
+
+
 def next_round_cost(store: Store, study: Study, rounds: int, active: set[str]) -> float:
-    """Cell seconds the next round takes: it runs only the active groups' cells, each costing what
-    the same cell took in earlier rounds on average (a gVisor pair takes twice a bare-metal one)."""
+    """Seconds the next round takes: it runs only the active groups' cells, each as long as the
+    same cell took in earlier rounds on average (a gVisor pair takes twice a bare-metal one), and
+    the members of a duet pair or tenant group at once."""
     walls: dict[str, list[float]] = {}
     for cell_id, wall in store.conn.execute("SELECT cell_id, wall_s FROM cells WHERE warmup = 0"):
         walls.setdefault(_series(cell_id), []).append(wall or 0.0)
     everything = [w for series in walls.values() for w in series]
     fallback = sum(everything) / len(everything) if everything else 0.0
-    cost = 0.0
+    units: dict[str, float] = {}
     for cell in _round(expand(study, rounds + 1), rounds, active):
         seen = walls.get(_series(cell.cell_id))
-        cost += sum(seen) / len(seen) if seen else fallback
-    return cost
+        unit = cell.duet.pair if cell.duet else cell.tenant.group if cell.tenant else cell.cell_id
+        units[unit] = max(units.get(unit, 0.0), sum(seen) / len(seen) if seen else fallback)
+    return sum(units.values())
 
 
 def _key(state: dict[str, Any]) -> str:

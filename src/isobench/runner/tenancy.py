@@ -177,8 +177,13 @@ class CoreTrade(threading.Thread):
         turn = 0
         while not self._stopping.wait(self.period_s):
             turn += 1
+            # The member moved first lands, for a moment, on a core the other still runs on; the
+            # order alternates so that neither is always the one displaced.
+            order = list(enumerate(self.dirs))
+            if turn % 2:
+                order.reverse()
             try:
-                for index, directory in enumerate(self.dirs):
+                for index, directory in order:
                     core = self.cores[(index + turn) % len(self.cores)]
                     (directory / "cpuset.cpus").write_text(core)  # type: ignore[operator]
             except OSError as exc:

@@ -152,7 +152,8 @@ class Adaptive(BaseModel):
     metric: str = Field("e2e", description="the metric whose comparisons must reach the target")
     min_repetitions: int = Field(3, ge=2, le=10_000, description="rounds run before the first check")
     max_repetitions: int = Field(30, ge=2, le=10_000, description="budget: rounds at most")
-    max_time_s: float | None = Field(None, gt=0, description="budget: measured cells' time at most")
+    #: the cells that run at once (a duet pair, a tenant group) count once, as long as their longest
+    max_time_s: float | None = Field(None, gt=0, description="budget: seconds of running cells at most")
 
     @model_validator(mode="after")
     def _order(self) -> Adaptive:
