@@ -208,7 +208,7 @@ class Study(BaseModel):
     schedule: Literal["sequential", "duet"] = "sequential"
     #: a duet's two cells trade cores every this many seconds from their start line on (0: never), so
     #: that a core running slow for a while slows both alike (plan/duet.py)
-    duet_swap_s: float = Field(0.1, ge=0, le=60, description="seconds between a duet's core trades")
+    duet_swap_s: float = Field(0.02, ge=0, le=60, description="seconds between a duet's core trades")
     #: TOST margin: a ratio whose 90% CI lies within [1/(1+m), 1+m] is "equivalent"
     equivalence_margin: float = Field(0.02, gt=0, lt=1, description="equivalence margin (0.02: ±2%)")
     #: untimed items at the start of every cell: a process's first items pay for lazy set-up
