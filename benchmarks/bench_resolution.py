@@ -9,7 +9,9 @@ A/A 95% interval reaches from 1 (its half-width), per workload:
 1. today: sequential, every core to the cell (2 torch threads), unpaired (Welch);
 2. disjoint: the cell on its own core(s), the harness on the other; unpaired (Welch);
 3. disjoint + blocked: the same cells, paired by round where that helps (analysis/blocked.py);
-4. duet: baseline and A/A entry at the same time on swapped cores, paired by pair.
+4. duet-fixed-sides: baseline and A/A entry at the same time, each on its own core (sides
+   swapped every round), paired by pair;
+5. duet: the same, the pair trading cores every 20 ms while it runs (the default).
 
     .venv/bin/python benchmarks/bench_resolution.py [--budget-s 150] [--min-seconds 2] [--quick]
 
@@ -41,6 +43,7 @@ WORKLOADS = {"resnet-infer": {"image_size": 64, "requests": 20},
 DESIGNS = {
     "today": {"cell_cores": "all", "knobs": {"threads": 2}},
     "disjoint": {"cell_cores": "disjoint"},
+    "duet-fixed-sides": {"cell_cores": "disjoint", "schedule": "duet", "duet_swap_s": 0},
     "duet": {"cell_cores": "disjoint", "schedule": "duet"},
 }
 
@@ -117,7 +120,10 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=2.0, help="cell length (min_seconds)")
     parser.add_argument("--quick", action="store_true", help="a toy run: 40 s budgets, 1 s cells")
     parser.add_argument("--conditions", default="quiet,loaded")
+    parser.add_argument("--designs", default=",".join(DESIGNS), help="a comma-separated subset of: "
+                        + ", ".join(DESIGNS) + " (the ratio column needs today)")
     args = parser.parse_args()
+    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
     if args.quick:
         args.budget_s, args.min_seconds = 40.0, 1.0
     rows = []
@@ -126,6 +132,8 @@ def main() -> None:
         load = busy_loop() if condition == "loaded" else None
         try:
             for design in DESIGNS:
+                if design not in designs:
+                    continue
                 out = work / f"{condition}-{design}"
                 load_before, steal_before = os.getloadavg()[0], steal_jiffies()
                 spent = run_for(study_for(design, args.min_seconds, 200), out, args.budget_s)
@@ -133,7 +141,7 @@ def main() -> None:
                 per = {w: floors(out, w) for w in WORKLOADS}
                 views = [("today", "welch")] if design == "today" else \
                     [("disjoint", "welch"), ("disjoint + blocked", "blocked")] if design == "disjoint" else \
-                    [("duet", "duet")]
+                    [(design, "duet")]
                 for name, key in views:
                     rows.append({"condition": condition, "design": name, "spent_s": spent, "load": load_before,
                                  "steal": steal, **{w: per[w].get(key, (math.nan, 0)) for w in WORKLOADS},
@@ -149,11 +157,13 @@ def main() -> None:
     header = f"{'condition':9s} {'design':20s} " + " ".join(f"{w:>22s}" for w in WORKLOADS) + \
         "  ratio to today  load  steal"
     print(header)
+    nothing = {w: (math.nan, 0) for w in WORKLOADS}
     today = {r["condition"]: r for r in rows if r["design"] == "today"}
     for row in rows:
         cells = " ".join(f"{'±' + format(row[w][0], '.1%') if row[w][0] == row[w][0] else 'n/a':>14s} (n={row[w][1]:2d})"
                          for w in WORKLOADS)
-        ratios = "/".join(f"{row[w][0] / today[row['condition']][w][0]:.2f}" if today[row["condition"]][w][0] else "n/a"
+        base = today.get(row["condition"], nothing)
+        ratios = "/".join(f"{row[w][0] / base[w][0]:.2f}" if base[w][0] == base[w][0] and base[w][0] else "n/a"
                           for w in WORKLOADS)
         print(f"{row['condition']:9s} {row['design']:20s} {cells}  {ratios:>14s}  {row['load']:.2f}  {row['steal']:.1%}")
     print("\nratio to today: each workload's floor divided by today's design under the same condition "

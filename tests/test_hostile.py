@@ -160,6 +160,7 @@ def _read(data: bytes) -> _ChannelReader:
     (b'{"type":"done","info":[1]}\n', "(done) has a `info`"),
     (b'{"type":"done","run_s":"1"}\n', "(done) has a `run_s`"),
     (b'{"type":["done"]}\n', "has no string `type`"),
+    (b'{"type":"run_start","start_line_wait_s":"1e9"}\n', "(run_start) has a `start_line_wait_s`"),
     (b"x" * (3 * MAX_RECORD_BYTES) + b'\n{"type":"done"}\n', "longer than 64 KiB"),
 ])
 def test_a_malformed_channel_fails_with_its_reason(data: bytes, problem: str) -> None:

@@ -106,9 +106,9 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
         found.append(Warning_("contaminated", f"{contaminated} cells were contaminated ({why}); {rerun} re-run, "
                                               f"{contaminated - rerun} kept: a kept cell's value includes the "
                                               "interference; a re-run took the place of the others."
-                                              + (" A duet needs the other tasks off both cores (they land on one "
-                                                 "side of a pair): quiet the host, or use schedule: sequential, "
-                                                 "which keeps a core for them." if at_once > 1 else "")))
+                                              + (" A duet needs the other tasks off both its cores: quiet the "
+                                                 "host, or use schedule: sequential, which keeps a core for them."
+                                                 if at_once > 1 else "")))
     if failed_cells:
         found.append(Warning_("cells", f"{failed_cells} cell(s) did not finish: their groups have fewer "
                                        "repetitions; `isobench summary DIR` lists why."))

@@ -5,7 +5,9 @@ runs (a neighbour's load, steal time, a noisy hour) disturbs both of its cells a
 the pair's ratio cancels it and the analysis compares pair by pair. Each round holds, for
 every compared group, one pair: that group's cell and a baseline cell of its own (cell id
 ``<baseline group>/<round>/duet-<entry>``). The two cells run on disjoint core sets
-(plan/cores.py) and swap sides every round, so a side's own speed cancels out as well.
+(plan/cores.py) and swap sides every round, so a side's own speed cancels out as well; while
+they run they also trade cores every ``duet_swap_s`` (runner/tenancy.py: ``CoreTrade``), so a
+core that slows down for a moment slows both.
 
 Pair members carry a ``Cell.duet`` (:class:`~isobench.plan.cells.DuetInfo`: the pair's id,
 the compared group, the side (0 or 1) and the other member's platform entry); they stay next

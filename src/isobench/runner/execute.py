@@ -78,10 +78,10 @@ def _number(value: Any) -> bool:
 
 
 class _ChannelReader(threading.Thread):
-    def __init__(self, stream: Any, on_done: Any = None) -> None:
+    def __init__(self, stream: Any, on_mark: Any = None) -> None:
         super().__init__(daemon=True)
         self.stream = stream
-        self.on_done = on_done  # called when the worker's last record ("done") arrives
+        self.on_mark = on_mark  # called with the kind of each landmark record: ready, run_start, done
         self.records: list[dict[str, Any]] = []
         self.first_record_at: float | None = None
         self.garbage = 0
@@ -117,8 +117,8 @@ class _ChannelReader(threading.Thread):
                 self.problem = f"record {len(self.records) + 1} {problem}"
                 continue
             self.records.append(record)
-            if self.on_done is not None and record.get("type") in ("done", "run_start", "ready"):
-                self.on_done(record["type"])
+            if self.on_mark is not None and record.get("type") in ("done", "run_start", "ready"):
+                self.on_mark(record["type"])
 
     @staticmethod
     def malformed(record: Any) -> str | None:
@@ -146,6 +146,9 @@ class _ChannelReader(threading.Thread):
             for key in ("metrics", "info"):
                 if record.get(key) is not None and not isinstance(record[key], dict):
                     return f"(done) has a `{key}` that is not an object"
+        if kind == "run_start" and record.get("start_line_wait_s") is not None \
+                and not _number(record["start_line_wait_s"]):
+            return "(run_start) has a `start_line_wait_s` that is not a number"
         if kind == "error" and not isinstance(record.get("message"), str | None):
             return "(error) has a `message` that is not a string"
         return None
@@ -215,7 +218,7 @@ def run_cell(cell: Cell, platform: Platform | None = None,
             if kind == "done":  # probes read the cell's counters when its last phase ends, while its cgroup exists
                 probes.mark("done")
 
-        reader = _ChannelReader(launched.proc.stdout, on_done=on_mark)
+        reader = _ChannelReader(launched.proc.stdout, on_mark=on_mark)
         reader.start()
         driver = start_host_driver(cell, platform, launched, reader.records)  # serving: load from the host
         status = "ok"
