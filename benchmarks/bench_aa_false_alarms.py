@@ -5,7 +5,7 @@ a seed of their own each) one after another and counts, per study, the A/A compa
 verdict. The target: the verdict is `equivalent`, or the 95% CI contains 1, in at least 90%
 of them (a 95% interval should miss 1 about 5% of the time by chance alone).
 
-    .venv/bin/python benchmarks/bench_aa_false_alarms.py [--studies 20] [--workload cpu-spin]
+    .venv/bin/python benchmarks/bench_aa_false_alarms.py [--studies 20] [--workload cpu-spin] [--schedule duet]
 
 Run it on an otherwise idle host; it prints the load average and steal time beside the count.
 """
@@ -37,6 +37,8 @@ def main() -> None:
     parser.add_argument("--studies", type=int, default=20)
     parser.add_argument("--repetitions", type=int, default=6)
     parser.add_argument("--workload", default="cpu-spin", choices=sorted(PARAMS))
+    parser.add_argument("--schedule", default="duet", choices=("duet", "sequential"),
+                        help="duet (the default study's, trading cores) or sequential")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-aa-"))
     load, steal0, started = os.getloadavg()[0], steal_jiffies(), time.monotonic()
@@ -45,7 +47,7 @@ def main() -> None:
         study = {"name": f"aa-{index}", "workloads": [{"name": args.workload, "params": PARAMS[args.workload]}],
                  "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"}],
                  "repetitions": args.repetitions, "warmup": 0, "warmup_items": 3, "seed": 1000 + index,
-                 "probes": {}}
+                 "schedule": args.schedule, "probes": {}}
         path, out = work / f"aa-{index}.yaml", work / f"aa-{index}"
         path.write_text(yaml.safe_dump(study, sort_keys=False))
         run = subprocess.run([sys.executable, "-m", "isobench.cli", "run", str(path), "--out", str(out)],
@@ -63,7 +65,8 @@ def main() -> None:
     steal = (steal_jiffies() - steal0) / os.sysconf("SC_CLK_TCK") / spent / (os.cpu_count() or 1)
     fine = [v for v in verdicts if v[0] == "equivalent" or v[2] <= 1 <= v[3]]
     alarms = [v for v in verdicts if v[0] in ("slower", "faster")]
-    print(f"{len(verdicts)} A/A studies of {args.workload} ({args.repetitions} rounds each, {spent:.0f} s): "
+    print(f"{len(verdicts)} A/A studies of {args.workload} ({args.schedule}, {args.repetitions} rounds each, "
+          f"{spent:.0f} s): "
           f"{sum(v[0] == 'equivalent' for v in verdicts)} equivalent, {len(fine)} equivalent or CI containing 1 "
           f"({len(fine) / max(1, len(verdicts)):.0%}; target >= 90%), {len(alarms)} false alarms "
           f"(slower/faster); load {load:.2f} at the start, steal {steal:.1%}")
