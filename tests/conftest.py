@@ -56,12 +56,26 @@ def need_tool(name: str) -> None:
         pytest.skip(f"host lacks {name}")
 
 
+#: the design a test study asks for explicitly unless it sets its own: one cell at a time, five
+#: rounds after one warm-up round, no warm-up items, cells sized by their item counts, no A/A
+SMALL_DESIGN = {"schedule": "sequential", "repetitions": 5, "warmup": 1, "warmup_items": 0, "min_seconds": None,
+                "aa": False}
+
+
+def small_design(study: dict) -> dict:
+    """``study`` with SMALL_DESIGN for every design field it does not set (see write_study)."""
+    return {**SMALL_DESIGN, **study}
+
+
 def write_study(path: Path, study: dict) -> Path:
     """Write a study file. Unless the test sets ``reruns``, contaminated cells are not re-run: a
-    test host is busy with the tests themselves, and tests count the cells they planned."""
+    test host is busy with the tests themselves, and tests count the cells they planned. A test
+    that only needs cells to run gets the small design of SMALL_DESIGN for every design field it
+    does not set, not the resolving design a user's study gets (a duet, an A/A entry, rounds until
+    each verdict), which would make every such test several times longer."""
     import yaml
 
-    study = {"reruns": 0, **study}
+    study = {"reruns": 0, **SMALL_DESIGN, **study}
 
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     return path

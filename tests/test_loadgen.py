@@ -31,7 +31,8 @@ def test_scenarios_store_the_verdict_on_bare_metal_and_docker(tmp_path: Path) ->
                  for name, (extra, _) in SCENARIOS.items()]
     text = json.dumps({"name": "lg", "workloads": workloads, "platforms": [{"name": "baremetal"}, {"name": "docker"}],
                        "knobs": {"threads": 1}, "repetitions": 1, "warmup": 0, "probes": {}, "timeout_s": 300,
-                       "reruns": 0})
+                       "reruns": 0, "schedule": "sequential", "warmup_items": 0, "min_seconds": None,
+                       "aa": False})
     out = run_study(text, "lg.yaml", tmp_path / "out", False, Console(file=io.StringIO()))
     db = sqlite3.connect(out / "isobench.sqlite")
     db.row_factory = sqlite3.Row

@@ -120,7 +120,7 @@ def test_api_is_a_noop_outside_isobench() -> None:
     assert first is second  # one shared object: nothing allocated per call
     with phase("forward") as value:
         assert value is None
-    assert step() is None and metric("x", 1.0) is None
+    assert step() is first and metric("x", 1.0) is None  # step() returns the same shared object
     # importing the API in a fresh interpreter pulls in no heavy module and prints nothing
     code = ("import sys; from isobench import phase, step\nwith phase('x'):\n    step()\n"
             "assert not [m for m in ('torch', 'numpy', 'pydantic') if m in sys.modules]")
@@ -141,11 +141,13 @@ def test_cli_script_run_and_bad_path(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "workloads[0].params.path" in bad.stderr and "no such file" in bad.stderr
     script = _script(tmp_path)
     done = run_cli("run", "--script", str(script), "--platforms", "baremetal", "--repetitions", "1",
-                   "--out", str(out_dir), "--", "3", timeout=300)
+                   "--warmup-steps", "0", "--out", str(out_dir), "--", "3", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     from isobench.store import Store
 
     store = Store.open(out_dir)
     cells = [c for c in store.cells(include_warmup=True) if "+rerun" not in c["cell_id"]]  # a busy test host
-    assert len(cells) == 2 and {c["status"] for c in cells} == {"ok"} and {c["items"] for c in cells} == {3}
+    # The resolving design adds an A/A entry and pairs it with the baseline: a warm-up and a measured pair.
+    assert len(cells) == 4 and {c["status"] for c in cells} == {"ok"} and {c["items"] for c in cells} == {3}
+    assert {c["platform_key"] for c in cells} == {"baremetal", "aa"}
     assert cells[0]["params"]["args"] == ["3"] and cells[0]["params"]["path"] == str(script)

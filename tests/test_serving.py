@@ -30,7 +30,8 @@ SERVE = {**IMAGES, "requests": 24, "concurrency": 3, "warmup_requests": 3}
 
 def _study(name: str, workloads: list[dict], platforms: list[dict]) -> str:
     return json.dumps({"name": name, "workloads": workloads, "platforms": platforms, "knobs": {"threads": 1},
-                       "repetitions": 1, "warmup": 0, "probes": {}, "timeout_s": 300})
+                       "repetitions": 1, "warmup": 0, "probes": {}, "timeout_s": 300, "schedule": "sequential",
+                       "warmup_items": 0, "min_seconds": None, "aa": False})
 
 
 def _metrics(db: sqlite3.Connection, cell_id: str) -> dict[str, float]:

@@ -37,11 +37,18 @@ StudyArg = Annotated[Optional[str], typer.Argument(  # noqa: UP045 (typer needs 
     help="study YAML file, or a built-in study name (default: the built-in default study)")]
 
 
-def _read_study(study: str | None) -> tuple[str, str]:
-    from isobench.studyfile import load_study
+def _read_study(study: str | None, budget: str | None = None) -> tuple[str, str]:
+    """The study's text as written (``--budget`` in it) and its name: the runner fills in the
+    resolving design, and stores how it did."""
+    from isobench.studyfile import load_study_as_written, with_budget_text
 
-    _, text, name = load_study(study)
-    return text, name
+    _, text, name = load_study_as_written(study)
+    return with_budget_text(text, name, budget), name
+
+
+BudgetOpt = Annotated[Optional[str], typer.Option(  # noqa: UP045
+    "--budget", metavar="TIME", help="time budget of `repetitions: auto` (e.g. 8m, 90s, 1h): rounds stop "
+                                     "when it is spent; over the study's own `budget`")]
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -54,7 +61,13 @@ def run(ctx: typer.Context, study: StudyArg = None,
                              "`isobench run --script train.py -- ARGS`; mark phases with isobench.phase()")] = None,
         platforms: Annotated[str, typer.Option(help="with --script: the platforms, comma-separated")] =
         "baremetal,docker",
-        repetitions: Annotated[int, typer.Option(help="with --script: measured runs per platform")] = 3,
+        repetitions: Annotated[Optional[int], typer.Option(  # noqa: UP045
+            help="with --script: measured runs per platform (default: rounds until each verdict, "
+                 "within the budget)")] = None,
+        warmup_steps: Annotated[Optional[int], typer.Option(  # noqa: UP045
+            "--warmup-steps", min=0, help="with --script: the script's first steps that are not timed "
+                                          "(default 10: a process's first steps pay for lazy set-up)")] = None,
+        budget: BudgetOpt = None,
         ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
             "--ray", metavar="ADDRESS", help="run the cells on the nodes of the Ray cluster at ADDRESS "
                                              "(HOST:PORT, or auto), one cell per node at a time")] = None,
@@ -74,13 +87,21 @@ def run(ctx: typer.Context, study: StudyArg = None,
     if script is not None:  # every positional (and anything after --) belongs to the script
         from isobench.workloads.script import script_study
 
+        from isobench.studyfile import with_budget_text
+
         text, name = script_study(script, [*([study] if study else []), *ctx.args],
-                                  platforms.split(","), repetitions)
+                                  platforms.split(","), repetitions, warmup_steps)
+        text = with_budget_text(text, name, budget)
     elif ctx.args:
         raise UserError(f"unexpected argument(s) {' '.join(ctx.args)}", field="isobench run",
                         fix="see `isobench run --help`; script arguments need --script")
+    elif resume and study is None:
+        if budget is not None:
+            raise UserError("a resumed study keeps the budget it was started with", field="--budget",
+                            fix="drop --budget when resuming")
+        text, name = None, None
     else:
-        text, name = (None, None) if (resume and study is None) else _read_study(study)
+        text, name = _read_study(study, budget)
     progress = err_console if as_json else console  # with --json, stdout holds only the records
     with outlive_reader():
         try:
@@ -104,14 +125,16 @@ def run(ctx: typer.Context, study: StudyArg = None,
 
 
 @app.command()
-def plan(study: StudyArg = None, as_json: JsonOpt = False) -> None:
-    """Print the cells a study expands to and the estimated time; runs nothing."""
+def plan(study: StudyArg = None, as_json: JsonOpt = False, budget: BudgetOpt = None) -> None:
+    """Print the cells a study expands to, its design and the estimated time; runs nothing."""
     from isobench.plan import expand
     from isobench.platforms import PLATFORMS
-    from isobench.studyfile import load_study
+    from isobench.report.design import budget_lines, comparison_designs
+    from isobench.studyfile import load_study_as_written, resolve_study_text
     from isobench.workloads import WORKLOADS
 
-    parsed, _, name = load_study(study)
+    _, written_text, name = load_study_as_written(study)
+    parsed, _, design = resolve_study_text(written_text, name, budget)
     cells = expand(parsed)
     table = Table(title=f"{parsed.name}: {len(cells)} cells (from {name})")
     for column in ("#", "cell", "workload", "platform", "knobs", "cores", "rep", "est. s"):
@@ -136,16 +159,27 @@ def plan(study: StudyArg = None, as_json: JsonOpt = False) -> None:
         table.add_row(str(cell.seq), cell.cell_id, cell.workload_key, cell.platform_key, knobs,
                       cell.cores or "-",
                       f"warm-up {cell.rep}" if cell.warmup else str(cell.rep), f"{estimate:.1f}")
+    lines = budget_lines(parsed, design, total)
     if as_json:
         print_json({"study": parsed.name, "source": name, "cells": records, "estimated_s": total,
                     "warmup": parsed.warmup, "repetitions": parsed.repetitions, "seed": parsed.seed,
-                    "schedule": parsed.schedule, "min_seconds": parsed.min_seconds})
+                    "schedule": parsed.schedule, "min_seconds": parsed.min_seconds,
+                    "warmup_items": parsed.warmup_items, "budget_s": design.budget_s,
+                    "design": {"sentence": design.sentence(), "filled": design.filled, "written": design.written,
+                               "fallback": design.fallback, "aa_added": design.aa_added},
+                    "comparisons": comparison_designs(parsed), "notes": lines})
         return
     console.print(table)
     console.print(f"estimated time: {total / 60:.1f} min for {len(cells)} cells "
-                  f"({parsed.warmup} warm-up and {parsed.repetitions} measured round(s), order seeded by {parsed.seed}; "
-                  f"schedule {parsed.schedule}" + (f"; cells of at least {parsed.min_seconds:g} s"
-                                                   if parsed.min_seconds else "") + ")")
+                  f"({parsed.warmup} warm-up and {parsed.initial_repetitions} measured round(s), order seeded by "
+                  f"{parsed.seed}; schedule {parsed.schedule}" + (f"; cells of at least {parsed.min_seconds:g} s"
+                                                                 if parsed.min_seconds else "") + ")")
+    console.print(f"design: {design.sentence()}", markup=False, highlight=False)
+    for comparison in comparison_designs(parsed):
+        console.print(f"  {comparison['entry']} vs {comparison['baseline']}: {comparison['design']}",
+                      markup=False, highlight=False)
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
 
 
 @app.command()
@@ -167,7 +201,7 @@ def summary(directory: Path,
         fields = ("workload", "platform", "label", "knobs", "metric", "baseline", "ratio", "ci_low",
                   "ci_high", "n", "significant", "n_baseline", "p_value", "mean", "baseline_mean", "unit",
                   "method", "is_aa", "host", "p_holm", "verdict", "ci90_low", "ci90_high", "margin",
-                  "repetitions_needed", "method_reason", "se_paired", "se_unpaired")
+                  "repetitions_needed", "verdict_reason", "method_reason", "se_paired", "se_unpaired")
         from isobench.analysis.findings import findings_for_study
 
         findings = findings_for_study(store.meta("study_name") or "", directory)

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from isobench.design import Design, resolve, resolved_text, with_budget
 from isobench.errors import UserError
 from isobench.hostinfo import format_cpu_list, host_cpus
 from isobench.study.model import DEFAULT_MAX_CELLS, Knobs, Study, knob_combinations
@@ -312,7 +313,8 @@ def expanded_size(raw: Any, limit: int) -> int:
     return size(raw)
 
 
-def load_study_text(text: str, file: str, check_host: bool = True) -> Study:
+def parse_study_yaml(text: str, file: str) -> Any:
+    """The study text as YAML values, with its size and alias expansion bounded."""
     if len(text) > MAX_STUDY_BYTES:
         raise UserError(f"the file holds {len(text):,} characters, above the {MAX_STUDY_BYTES:,} a study may have",
                         file=file, fix="write sweeps as lists of values, not as generated cell lists")
@@ -335,7 +337,29 @@ def load_study_text(text: str, file: str, check_host: bool = True) -> Study:
     if nodes > MAX_YAML_NODES:  # e.g. the "billion laughs": nested aliases that multiply
         raise UserError(f"the YAML expands to more than {MAX_YAML_NODES:,} values (through & anchors and * aliases)",
                         file=file, fix="write the values out instead of nesting anchors and aliases")
-    return validate_study(raw, file, check_host)
+    return raw
+
+
+def load_study_text(text: str, file: str, check_host: bool = True) -> Study:
+    """The study as written (the schema's defaults for what it leaves out); see resolve_study_text
+    for the study a run plans."""
+    return validate_study(parse_study_yaml(text, file), file, check_host)
+
+
+def resolve_study_text(text: str, file: str, budget: str | None = None) -> tuple[Study, str, Design]:
+    """The study a run plans: the resolving design filled in where the study writes no design
+    field (design.py), ``budget`` (``--budget``) in force. Returns the study, the text to store
+    and run (the original when nothing was filled in) and the design."""
+    original = parse_study_yaml(text, file)
+    written = validate_study(original, file)  # the study's own fields are checked as written first
+    raw = original
+    if budget is not None:
+        raw = with_budget(original, budget, file)
+        written = validate_study(raw, file)
+    resolved, design = resolve(raw, written, host_cpus())
+    study = written if resolved == raw else validate_study(resolved, file)
+    study._design = design
+    return study, resolved_text(original, resolved, design, text), design
 
 
 def default_study_text() -> str:
@@ -347,8 +371,26 @@ def builtin_studies() -> list[str]:
                   if p.name.endswith(".yaml"))
 
 
-def load_study(path: str | Path | None) -> tuple[Study, str, str]:
-    """Return (study, its source text, the name to show for the file)."""
+def load_study(path: str | Path | None, budget: str | None = None) -> tuple[Study, str, str]:
+    """Return (study, the text to run, the name to show for the file): the resolving design is
+    filled in where the study writes none (resolve_study_text)."""
+    study, text, name = load_study_as_written(path)
+    study, text, _ = resolve_study_text(text, name, budget)
+    return study, text, name
+
+
+def with_budget_text(text: str, file: str, budget: str | None) -> str:
+    """The study text with ``--budget`` written into it (unchanged without one); the runner fills
+    in the rest of the design, and records how."""
+    if budget is None:
+        return text
+    raw = with_budget(parse_study_yaml(text, file), budget, file)
+    validate_study(raw, file)
+    return yaml.safe_dump(raw, sort_keys=False, allow_unicode=True, width=120)
+
+
+def load_study_as_written(path: str | Path | None) -> tuple[Study, str, str]:
+    """Return (study, its source text, the name to show for the file), nothing filled in."""
     if path is None:
         path = DEFAULT_STUDY
     candidate = Path(path)

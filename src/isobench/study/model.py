@@ -6,7 +6,7 @@ import itertools
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from isobench.hostinfo import parse_cpu_list
 
@@ -25,6 +25,26 @@ def parse_memory(value: str | int) -> int:
     if not match:
         raise ValueError(f"{value!r} is not a size; fix: write e.g. 512m or 2g")
     return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2).lower()])
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
+
+
+def parse_duration(value: str | float) -> float:
+    """``8m``, ``90s``, ``1.5h`` or a number of seconds -> seconds (positive)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration; fix: write e.g. 8m, 90s or 1h")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION_RE.match(str(value))
+        if not match:
+            raise ValueError(f"{str(value)[:40]!r} is not a duration; fix: write e.g. 8m, 90s or 1h")
+        seconds = float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "").lower()]
+    if not 0 < seconds <= 7 * 86400:
+        raise ValueError(f"{value!r} is not between 1 s and 7 days; fix: write e.g. 8m, 90s or 1h")
+    return seconds
 
 
 def knob_combinations(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -180,6 +200,9 @@ class Hosts(BaseModel):
 class Study(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    #: how the design was resolved (isobench.design.Design), set by the loader that filled it in
+    _design: Any = PrivateAttr(None)
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     description: str = ""
     workloads: list[WorkloadEntry] = Field(min_length=1)
@@ -218,8 +241,18 @@ class Study(BaseModel):
     #: a cell whose cores were busy with other work beyond this share of its measured window is contaminated
     contamination_threshold: float = Field(0.10, gt=0, le=1, description="share of the cell's core time "
                                            "taken by steal or other tasks that flags the cell")
+    #: `repetitions: auto`'s time budget (8m, 90s, 1h, or seconds): seconds of running cells, a duet
+    #: pair or tenant group counted once; the same as `adaptive.max_time_s`
+    budget: float | None = Field(None, description="time budget of repetitions: auto, e.g. 8m")
+    #: add an A/A entry (the baseline again, label `aa`) when the study has none (design.py)
+    aa: bool = Field(True, description="add an A/A entry when the study has none")
     #: contaminated cells re-run at most this many times each (each re-run is recorded as one)
     reruns: int = Field(1, ge=0, le=10, description="re-runs of a contaminated cell")
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value)
 
     @field_validator("probes")
     @classmethod
@@ -248,6 +281,14 @@ class Study(BaseModel):
             self.adaptive = Adaptive()
         elif self.repetitions != "auto" and self.adaptive is not None:
             raise ValueError("adaptive: is set but repetitions is a number; fix: write `repetitions: auto`")
+        if self.budget is not None:
+            if self.repetitions != "auto":
+                raise ValueError("budget: is set but repetitions is a number; fix: write `repetitions: auto`, "
+                                 "or drop `budget`")
+            assert self.adaptive is not None
+            if self.adaptive.max_time_s is not None and self.adaptive.max_time_s != self.budget:
+                raise ValueError("budget: and adaptive.max_time_s both set the time budget; fix: keep one")
+            self.adaptive.max_time_s = self.budget
         return self
 
     @property

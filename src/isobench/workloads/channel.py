@@ -134,6 +134,18 @@ class CellContext:
         self.emit(record)
         self._run_started = self._measuring_since = time.perf_counter()
 
+    def skip_warmup(self) -> None:
+        """No warm-up items for this run: the next item is measured (a script that marks no steps is
+        one item, the whole script, and there is nothing to warm up before it)."""
+        if self._warmed < self._warmup_items:
+            self._warmup_items = self._warmed
+            self._open_window({"type": "run_start", "warmup_items": self._warmed})
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        """(warm-up items taken, items measured) so far."""
+        return self._warmed, self._items
+
     def measured_s(self) -> float:
         """Seconds since the measured window opened (0 during set-up and warm-up items): what a
         workload's ``min_seconds`` counts."""

@@ -81,6 +81,7 @@ class Script(Workload):
 
     def run(self, params: ScriptParams, ctx: CellContext) -> None:  # type: ignore[override]
         from isobench import api
+        from isobench.workloads.timing import active_slowdown, spend_cpu
 
         script = Path(params.path)
         scratch = tempfile.mkdtemp(prefix="isobench-script-")
@@ -88,7 +89,7 @@ class Script(Workload):
         sys.argv = [str(script), *params.args]
         sys.path.insert(0, str(script.parent))  # as `python script.py` does
         os.chdir(script.parent if params.cwd == "script" else scratch)
-        recorder = api.activate(ctx)
+        recorder = api.activate(ctx, active_slowdown(), spend_cpu)  # a `slowdown` knob: per step
         try:
             try:
                 runpy.run_path(str(script), run_name="__main__")
@@ -101,11 +102,18 @@ class Script(Workload):
             sys.argv, sys.path[:] = saved_argv, saved_path
             os.chdir(saved_cwd)
             shutil.rmtree(scratch, ignore_errors=True)
+        warmed, measured = ctx.counts
+        if measured == 0 and warmed > 0:  # every step went to warm-up: nothing would be compared
+            raise RuntimeError(f"the script marked {warmed} step(s), all of them untimed warm-up items "
+                               f"(warmup_items: {warmed}); fix: run more steps, or set warmup_items lower")
         ctx.note(script=str(script), args=params.args, items_marked=recorder.items)
 
 
-def script_study(script: Path, args: list[str], platforms: list[str], repetitions: int) -> tuple[str, str]:
-    """The one-workload study ``isobench run --script`` runs: (its YAML text, the name shown for it)."""
+def script_study(script: Path, args: list[str], platforms: list[str],
+                 repetitions: int | None = None, warmup_steps: int | None = None) -> tuple[str, str]:
+    """The one-workload study ``isobench run --script`` runs: (its YAML text, the name shown for it).
+    Without ``repetitions`` it writes no design field, so it gets the resolving design (design.py):
+    a duet with the baseline, the first steps as warm-up, an A/A entry, rounds until each verdict."""
     import re
 
     import yaml
@@ -118,6 +126,9 @@ def script_study(script: Path, args: list[str], platforms: list[str], repetition
     stem = re.sub(r"[^A-Za-z0-9_.-]", "-", path.stem)[:40] or "script"
     study = {"name": f"script-{stem}",
              "workloads": [{"name": "script", "params": {"path": str(path), "args": list(args)}}],
-             "platforms": [{"name": name.strip()} for name in platforms if name.strip()],
-             "repetitions": repetitions, "warmup": 1}
+             "platforms": [{"name": name.strip()} for name in platforms if name.strip()]}
+    if repetitions is not None:  # a fixed count, as before the resolving design: one warm-up round
+        study.update(repetitions=repetitions, warmup=1)
+    if warmup_steps is not None:
+        study["warmup_items"] = warmup_steps
     return yaml.safe_dump(study, sort_keys=False), f"<--script {path}>"
