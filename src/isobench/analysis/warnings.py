@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from isobench.analysis import evidence as ev
+from isobench.analysis import hostload
 from isobench.analysis.compare import Comparison, Group
-from isobench.analysis.stats import fmt_floor, log_sd
+from isobench.analysis.contamination import contamination_text
+from isobench.analysis.stats import CROSSOVER_METHOD, DUET_METHOD, PAIRED_METHOD, fmt_floor, log_sd
 from isobench.analysis.verdict import MAX_NEEDED, fmt_margin
+from isobench.plan.cells import closest_by_knobs
 
 #: robust z (0.6745·|x − median| / MAD) above which a repetition is an outlier (Iglewicz–Hoaglin)
 OUTLIER_Z = 3.5
 #: ... and at least this far from the median (log scale, about 3%), so tight groups are not flagged for 1%
 OUTLIER_MIN_LOG = 0.03
-#: relative standard deviation between repetitions above which results are called unstable (pyperf: 10%)
+#: relative standard deviation per side above which results are called unstable (pyperf: 10%), of the
+#: noise the comparison's own method sees: a paired one's per-pair log ratios (over √2, per side),
+#: an unpaired one's groups between repetitions
 UNSTABLE_SD = 0.10
+#: a paired method's words, for saying which noise a warning measured
+PAIRED_WORDS = {PAIRED_METHOD: "round-paired", DUET_METHOD: "duet-paired", CROSSOVER_METHOD: "duet crossover"}
 #: below this median share of a duet pair's windows measured at once, the pairs are no duet
 MIN_DUET_OVERLAP = 0.5
 
@@ -68,20 +74,23 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
         found.append(Warning_("host", "turbo boost is on: clock speed depends on temperature and on how many cores "
                                       "are busy. Turn it off (intel_pstate/no_turbo=1 or cpufreq/boost=0) for "
                                       "stable numbers."))
-    load = host.get("loadavg_at_start")
     cores = host.get("cores") or 1
-    if load and load[0] > 0.25 * cores:
-        found.append(Warning_("host", f"the 1-minute load average was {load[0]:.2f} on {cores} cores when the study "
-                                      "started: other processes competed for the CPU. Stop them, or run on an "
-                                      "idle host; interleaved rounds spread the harm but widen the intervals."))
+    before = host.get("load_before_setup") if isinstance(host.get("load_before_setup"), dict) else None
+    # Judged on a CPU-busy sample from before the runner's set-up (analysis/hostload.py); a store
+    # without one falls back to a load average that only a saturated host exceeds.
+    text = (hostload.before_setup_warning(before, cores) if before
+            else hostload.legacy_load_warning(host.get("loadavg_at_start"), cores))
+    if text:
+        found.append(Warning_("host", text))
     names = {m for g in groups for m in g.metrics}
     start_load = [v for g in groups for v in g.metrics.get("probe.environment.loadavg_1m_start", [])]
-    # a duet's two cells are two runnable tasks of its own on top of whatever else runs
-    if start_load and statistics.fmean(start_load) > 0.5 * cores + (at_once if at_once > 1 else 0):
+    # the cells' own tasks (one, or a duet's two) and the D-state tasks an idle host holds are no neighbour
+    if start_load and hostload.cell_start_excess(statistics.fmean(start_load), before, at_once) > 0.5 * cores:
         found.append(Warning_("host", f"the 1-minute load average was {statistics.fmean(start_load):.1f} on average "
-                                      f"when cells started ({cores} cores; environment probe): other work shared the "
-                                      "CPU during the study. Re-run on a quiet host; interleaving spreads the harm "
-                                      "but widens the intervals."))
+                                      f"when cells started ({cores} cores; environment probe), more than the "
+                                      f"study's own {at_once} cell(s) and the idle host's D-state tasks account "
+                                      "for: other work shared the CPU during the study. Re-run on a quiet host; "
+                                      "interleaving spreads the harm but widens the intervals."))
     host_busy = ev.find_metric(names, r"^probe\.\w+\.host_cpu(_percent|_util)?$", r"^probe\.\w+\.host.*cpu.*(pct|percent|util)")
     own = ev.find_metric(names, r"^probe\.proc\.cpu_percent$", r"^probe\.proc\.cpu.*(mean|avg)")
     if host_busy:
@@ -97,18 +106,9 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
     if comparisons and not any(c.is_aa for c in comparisons):
         found.append(Warning_("design", "no A/A entry, so the study's noise floor is unknown: add a second "
                                         "baseline entry with a label (e.g. `- {name: baremetal, label: aa}`)."))
-    contaminated = sum(g.contaminated for g in groups)
+    contaminated = contamination_text(groups, comparisons, at_once)  # its advice agrees with the A/A
     if contaminated:
-        # Reasons carry each cell's numbers: name one, without its parenthesised details.
-        reasons = [re.sub(r"\s*\([^()]*\)", "", r) for g in groups for r in g.contamination_reasons]
-        why = f"e.g. {reasons[0]}" if reasons else "no reason recorded"
-        rerun = sum(g.rerun for g in groups)
-        found.append(Warning_("contaminated", f"{contaminated} cells were contaminated ({why}); {rerun} re-run, "
-                                              f"{contaminated - rerun} kept: a kept cell's value includes the "
-                                              "interference; a re-run took the place of the others."
-                                              + (" A duet needs the other tasks off both its cores: quiet the "
-                                                 "host, or use schedule: sequential, which keeps a core for them."
-                                                 if at_once > 1 else "")))
+        found.append(Warning_("contaminated", contaminated))
     if failed_cells:
         found.append(Warning_("cells", f"{failed_cells} cell(s) did not finish: their groups have fewer "
                                        "repetitions; `isobench summary DIR` lists why."))
@@ -132,12 +132,7 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
                                              "the host's drift is not cancelled. Add a warm-up round (`warmup: 1`), "
                                              "from which the runner learns how much later to start the sooner-ready "
                                              "member."))
-        spread = log_sd(g.metrics.get("e2e", []))
-        if spread is not None and spread > UNSTABLE_SD:
-            found.append(Warning_("unstable", f"{g.workload} on {ev.group_label(g)}{where(g)}: the standard deviation is "
-                                              f"{spread:.0%} of the mean between repetitions: the result is "
-                                              "unstable. Tune the host, lengthen each cell, or add repetitions.",
-                                  f"{g.workload} on {ev.group_label(g)}{where(g)} {spread:.0%}"))
+    found += spread_warnings(groups, comparisons, baseline_key, where)
     for c in comparisons:
         if c.metric != "e2e" or c.emulated:
             continue
@@ -157,9 +152,9 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
             found.append(Warning_("holm", f"{c.workload} on {c.platform}{where(c)}: the interval excludes 1 but not after "
                                           f"Holm's correction for the study's comparisons (adjusted p={c.p_holm:.3f}); "
                                           "treat it as a lead, not a finding, or add repetitions."))
-    found = _collapse(found, "unstable", "the spread between repetitions exceeds 10% of the mean in {n} groups "
-                                         "({items}): results are unstable. Tune the host, lengthen each cell, or add "
-                                         "repetitions.")
+    found = _collapse(found, "unstable", "the noise that each comparison's own method sees exceeds 10% per side "
+                                         "in {n} places ({items}): results are unstable. Tune the host, lengthen "
+                                         "each cell, or add repetitions.")
     found = _collapse(found, "floor", "{n} comparisons are inconclusive ({items}): neither a difference nor "
                                       "equivalence is resolved. Add repetitions (see the sample-size advisor) or "
                                       "quiet the host.")
@@ -167,6 +162,66 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
         found.append(Warning_("emulated", f"{display} ran under emulation (no hardware virtualisation): its times "
                                           "measure the emulator, not the platform; its comparisons are left out. "
                                           "Pass --force to show them."))
+    return found
+
+
+def paired_noise(c: Comparison) -> float | None:
+    """The SD of a paired comparison's per-pair log ratios (its standard error × √n); None for an
+    unpaired (Welch) one or one without a standard error."""
+    if c.method not in PAIRED_WORDS or c.se is None or c.n < 2:
+        return None
+    return c.se * math.sqrt(c.n)
+
+
+def _groups_of(c: Comparison, groups: list[Group], baseline_key: str) -> list[Group]:
+    """The compared group and its baseline group, as compare() matched them."""
+    mine = [g for g in groups if (g.workload, g.params, g.platform_key, g.knobs, g.host)
+            == (c.workload, c.params, c.label, c.knobs, c.host)]
+    base = closest_by_knobs(c.knobs, [g for g in groups if g.platform_key == baseline_key and g.host == c.host
+                                      and g.workload == c.workload and g.params == c.params])
+    return mine + ([base] if base is not None else [])
+
+
+def spread_warnings(groups: list[Group], comparisons: list[Comparison], baseline_key: str,
+                    where: Any) -> list[Warning_]:
+    """Unstable results, judged by the noise each comparison's own method sees. A paired
+    comparison (by round, duet or crossover) cancels what both sides of a pair shared, however
+    far the rounds moved together: its noise is the spread of its per-pair log ratios. An
+    unpaired one sees each group's own spread between repetitions, and so does a group that no
+    comparison reads."""
+    found: list[Warning_] = []
+    paired_groups: set[tuple[str, ...]] = set()
+    unpaired: dict[tuple[str, ...], str] = {}  # group -> the comparison that sees its raw spread
+    for c in comparisons:
+        if c.metric != "e2e" or c.emulated:
+            continue
+        pair_sd = paired_noise(c)
+        members = _groups_of(c, groups, baseline_key)
+        if pair_sd is None:
+            for g in members:
+                unpaired.setdefault(g.key, "its unpaired (Welch) comparison")
+            continue
+        paired_groups.update(g.key for g in members)
+        per_side = pair_sd / math.sqrt(2)
+        if per_side > UNSTABLE_SD:
+            label = f"{c.workload} on {c.platform}{where(c)}"
+            found.append(Warning_("unstable", f"{label}: the noise its {PAIRED_WORDS[c.method]} comparison sees is "
+                                              f"{per_side:.0%} per side (SD of its {c.n} per-pair log ratios "
+                                              f"{pair_sd:.0%}, over √2): the result is unstable. Tune the host, "
+                                              "lengthen each cell, or add repetitions.",
+                                  f"{label} {per_side:.0%} per side, {PAIRED_WORDS[c.method]}"))
+    for g in groups:
+        if g.key in paired_groups and g.key not in unpaired:
+            continue  # only paired comparisons read it: the rounds' common drift is no noise to them
+        spread = log_sd(g.metrics.get("e2e", []))
+        if spread is None or spread <= UNSTABLE_SD:
+            continue
+        label = f"{g.workload} on {ev.group_label(g)}{where(g)}"
+        seen_by = unpaired.get(g.key, "the group (no comparison pairs it)")
+        found.append(Warning_("unstable", f"{label}: the standard deviation is {spread:.0%} of the mean between "
+                                          f"repetitions, the noise {seen_by} sees: the result is unstable. Tune "
+                                          "the host, lengthen each cell, or add repetitions.",
+                              f"{label} {spread:.0%} between repetitions"))
     return found
 
 

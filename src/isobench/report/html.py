@@ -12,6 +12,7 @@ from isobench.analysis.summary import ADVISOR_NOTE, Analysis
 from isobench.analysis.verdict import fmt_margin, within_margin
 from isobench.analysis.views import Figure, Skipped, Table
 from isobench.report import figures
+from isobench.report.adaptive_table import stop_words
 from isobench.report.plaintext import html_text
 from isobench.report.replication import replication
 from isobench.report.terminal import fmt_knobs, fmt_seconds, headline
@@ -224,9 +225,7 @@ def render_html(analysis: Analysis) -> str:
         a = analysis.adaptive
         rows = [[c["workload"], c["platform"] + (f" on {c.get('host')}" if multi_host(analysis) else ""),
                  fmt_knobs(c["knobs"]), str(c["n"]),
-                 "n/a" if c["half_width"] is None else f"±{c['half_width']:.2%}",
-                 (f"reached the target at round {c['reached_at']}" if c["status"] == "reached" else
-                  "budget ran out first" if c["status"] == "budget" else "still running")]
+                 "n/a" if c["half_width"] is None else f"±{c['half_width']:.2%}", stop_words(c, a)]
                 for c in a["comparisons"]]
         parts.append(f"<h3>Adaptive repetitions</h3><p>Target ±{a['target']:.1%} on {esc(a['metric'])}; "
                      f"{a['rounds']} round(s); {'stopped: ' if a['stopped'] else ''}{esc(a['reason'])}.</p>")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from isobench.analysis.summary import ADVISOR_NOTE, Analysis
 from isobench.analysis.views import Figure, Skipped, Table
+from isobench.report.adaptive_table import stop_words
 from isobench.report.html import comparison_columns, comparison_rows, multi_host, ordered, resolve_target
 from isobench.report.plaintext import md, md_fence
 from isobench.report.replication import replication
@@ -50,12 +51,10 @@ def render_markdown(analysis: Analysis) -> str:
         a = analysis.adaptive
         out += ["", "### Adaptive repetitions", "", f"Target ±{a['target']:.1%} on {md(a['metric'])}, {a['rounds']} "
                 f"round(s): {md(a['reason'])}.", ""]
-        out.append(md_table(["workload", "platform", "n", "half-width", "status"],
+        out.append(md_table(["workload", "platform", "n", "half-width", "why it stopped"],
                             [[c["workload"], c["platform"] + (f" on {c.get('host')}" if multi_host(analysis) else ""),
                               str(c["n"]),
-                              "n/a" if c["half_width"] is None else f"±{c['half_width']:.2%}",
-                              c["status"] + (f" ({c['verdict']})" if c.get("status") == "verdict" else "")
-                              + (f" at round {c['reached_at']}" if c.get("reached_at") else "")]
+                              "n/a" if c["half_width"] is None else f"±{c['half_width']:.2%}", stop_words(c, a)]
                              for c in a["comparisons"]]))
     out += ["", "## Warnings", ""]
     out += [f"- {md(w.text)}" for w in analysis.warnings] or ["- none"]

@@ -18,7 +18,7 @@ from isobench.plan.cells import Cell
 from isobench.platforms import Availability, Platform
 from isobench.store import Store
 from isobench.study.model import Knobs, PlatformEntry, Study
-from isobench.studyfile import load_study_text
+from isobench.studyfile import load_study_text, resolve_study_text
 
 
 def default_out_dir(study: Study) -> Path:
@@ -36,13 +36,15 @@ def open_store(study_text: str | None, file: str | None, out: Path | None, resum
             store = Store.open(out)
             stored_text = store.meta("study_yaml") or ""
             stored_file = store.meta("study_file") or str(out)
-            if study_text is not None and study_text != stored_text:
+            if study_text is not None and study_text != stored_text and \
+                    resolve_study_text(study_text, file or stored_file)[1] != stored_text:
                 raise UserError("the study file differs from the one this directory was started with",
                                 file=file, fix=f"resume without a study file, or use a new --out than {out}")
             return load_study_text(stored_text, stored_file), stored_text, stored_file, out, store
     if study_text is None or file is None:
         raise UserError("no study given", fix="pass a study file")
-    study = load_study_text(study_text, file)
+    # The resolving design is filled in where the study writes none; the text stored is the one run.
+    study, study_text, _ = resolve_study_text(study_text, file)
     out = out or default_out_dir(study)
     if Store.exists(out):
         raise UserError("this directory already holds results", file=str(out),
@@ -53,8 +55,12 @@ def open_store(study_text: str | None, file: str | None, out: Path | None, resum
 def create_store(out: Path, study: Study, study_text: str, file: str, **facts: Any) -> Store:
     """A new study store, its host fingerprint extended by ``facts`` (platforms, cluster)."""
     from isobench.fingerprint import host_fingerprint
+    from isobench.runner.hostload_baseline import take_before_setup
 
-    return Store.create(out, study_text, study.name, file, {**host_fingerprint(), **facts})
+    store = Store.create(out, study_text, study.name, file, {**host_fingerprint(), **take_before_setup(), **facts})
+    if study._design is not None:  # how the design was chosen, for plan-like lines in the summary
+        store.set_meta("design", study._design.as_meta())
+    return store
 
 
 def unavailable_knobs(study: Study, entry: PlatformEntry, availability: Availability) -> list[str]:

@@ -21,7 +21,7 @@ def plugin_views(ctx: Context) -> list[View]:
             if hasattr(module, "report_views"):
                 views.extend(module.report_views(ctx))
             elif hasattr(module, "waterfalls"):
-                views.extend(_waterfall_views(ctx, module.waterfalls(ctx.store)))
+                views.extend(_waterfall_views(ctx, module.waterfalls(ctx.store), getattr(module, "unresolved_note", None)))
             elif hasattr(module, "summary_lines"):
                 lines = module.summary_lines(ctx.store)
                 if lines:
@@ -32,7 +32,7 @@ def plugin_views(ctx: Context) -> list[View]:
     return views
 
 
-def _waterfall_views(ctx: Context, waterfalls: list[Any]) -> list[View]:
+def _waterfall_views(ctx: Context, waterfalls: list[Any], note: Any = None) -> list[View]:
     views: list[View] = []
     multi = len({getattr(w, "host", "") for w in waterfalls}) > 1
     for w in waterfalls:
@@ -53,5 +53,7 @@ def _waterfall_views(ctx: Context, waterfalls: list[Any]) -> list[View]:
                              "ratio": [e[2].ratio for e in entries], "low": [e[2].ci_low for e in entries],
                              "high": [e[2].ci_high for e in entries], "floor": [None] * len(entries),
                              "xlabel": f"e2e time relative to {w.baseline} (×)"},
+                            # what an unresolved overhead still says: the layers equivalence bounds
+                            note=note(w) if note else "",
                             table=Table(fig_id + "-data", "", "", ["layer", "×", "95% CI"], rows)))
     return views
