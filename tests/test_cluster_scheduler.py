@@ -95,3 +95,55 @@ def test_each_mode_gives_every_host_the_whole_plan_and_records_what_it_cannot_ru
     assert drain(scheduler, cpu_host, gpu_host) == [["a-r0@h1"], ["a-r0@h2", "b-r0@h2"]]
     (unit, why), = scheduler.unrunnable
     assert ids(unit) == ["b-r0@h1"] and "needs a GPU" in why
+
+
+def pair(rep: int, warmup: bool = False) -> list[Cell]:
+    """A duet pair of round ``rep``: a baseline cell (platform a) beside the compared one (b)."""
+    from dataclasses import replace
+
+    from isobench.plan.cells import DuetInfo
+
+    tag = f"{'w' if warmup else 'r'}{rep}:b"
+    return [replace(cell("a", rep, warmup), cell_id=f"a-r{rep}{'-w' if warmup else ''}/duet-b",
+                    duet=DuetInfo(tag, "b", rep % 2, "b", 0.02)),
+            replace(cell("b", rep, warmup), duet=DuetInfo(tag, "b", 1 - rep % 2, "a", 0.02))]
+
+
+DUET_PLAN = [*pair(0, warmup=True), *pair(0), *pair(1), *pair(2)]
+
+
+def test_a_duet_pair_is_one_unit_never_split_and_rerun_whole() -> None:
+    one, two, only_a = node("h1"), node("h2"), node("h3", "a")
+    scheduler = Scheduler([one, two, only_a], DUET_PLAN, done=set(), mode="spread")
+    units = [[scheduler.next_unit(n) for n in (one, two, only_a)] for _ in range(3)]
+    # every unit handed out is a whole pair, both members at once; the node that cannot run
+    # the compared member is never given its baseline partner alone
+    handed = [u for turn in units for u in turn if u is not None]
+    assert all(len(u) == 2 and u[0].duet and u[0].duet.pair == u[1].duet.pair for u in handed), handed
+    assert all(u is None for u in (turn[2] for turn in units))
+    # each host warms up with its own pair, whose pair id names the host
+    warm = [u for u in handed if u[0].warmup]
+    assert sorted(u[0].duet.pair for u in warm) == ["w0:b@h1", "w0:b@h2"]
+    assert sorted(u[1].cell_id for u in handed if not u[0].warmup) == ["b-r0", "b-r1", "b-r2"]
+
+    # h1 is lost mid-pair: the whole pair goes to the node alike, both members tried again
+    one.alive = False
+    running = next(u for u in handed if u[1].cell_id == "b-r0")
+    assert scheduler.reassign(one, [running], "gone") == []
+    again = two.queue[0]
+    assert ids(again) == ["a-r0/duet-b", "b-r0"] and {c.reruns for c in again} == {1}
+    assert {c.lost_on for c in again} == {"h1"}
+
+    # a pair that no live node can run whole is not split: it is stranded whole
+    alone = Scheduler([only_a], DUET_PLAN[2:4], done=set(), mode="spread")
+    assert alone.next_unit(only_a) is None
+    assert [ids(u) for u in alone.stranded_rounds()] == [["a-r0/duet-b", "b-r0"]]
+
+
+def test_each_mode_suffixes_a_duet_pair_per_host() -> None:
+    one, only_a = node("h1"), node("h2", "a")
+    scheduler = Scheduler([one, only_a], DUET_PLAN[2:4], done=set(), mode="each")
+    unit = scheduler.next_unit(one)
+    assert ids(unit) == ["a-r0/duet-b@h1", "b-r0@h1"] and {c.duet.pair for c in unit} == {"r0:b@h1"}
+    (unrunnable, why), = scheduler.unrunnable  # h2 runs a but not b: the pair is unavailable there, whole
+    assert ids(unrunnable) == ["a-r0/duet-b@h2", "b-r0@h2"] and "b cannot run on host h2: not here" in why

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from isobench.hostinfo import host_cpus
 from tests import leftovers
 from tests.conftest import ISOBENCH, need_docker, run_cli, wait_for, write_study
 
@@ -117,12 +119,12 @@ def _rows(out: Path) -> list[dict[str, Any]]:
 
 
 def _assert_one_unit_per_host_at_a_time(rows: list[dict[str, Any]]) -> None:
-    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    spans: dict[str, set[tuple[float, float]]] = defaultdict(set)  # a unit's members share its span
     for row in rows:
         if row["status"] == "ok":
-            spans[row["info"]["host_key"]].append((row["info"]["ray"]["unit_start"], row["info"]["ray"]["unit_end"]))
-    for host, host_spans in spans.items():
-        host_spans.sort()
+            spans[row["info"]["host_key"]].add((row["info"]["ray"]["unit_start"], row["info"]["ray"]["unit_end"]))
+    for host, unit_spans in spans.items():
+        host_spans = sorted(unit_spans)
         for (_, end), (start, _) in zip(host_spans, host_spans[1:], strict=False):
             assert start >= end, f"two cells overlapped on {host}: one ended at {end}, the next began at {start}"
 
@@ -225,6 +227,51 @@ def test_adaptive_repetitions_add_a_round_per_host_until_the_budget(cluster: Loc
     meta = json.loads(sqlite3.connect(out / "isobench.sqlite").execute(
         "SELECT value FROM meta WHERE key = 'adaptive'").fetchone()[0])
     assert meta["stopped"] and "budget of 5 repetitions" in meta["reason"]
+
+
+def test_a_duet_pair_runs_whole_on_one_node_side_by_side_with_adaptive_rounds(cluster: LocalCluster,
+                                                                             tmp_path: Path) -> None:
+    study = write_study(tmp_path / "duet.yaml", {
+        "name": "duet", "workloads": [{"name": "cpu-spin", "params": {"iterations": 1, "work": 1000,
+                                                                       "min_seconds": 0.5}}],
+        "platforms": [{"name": "baremetal"}, {"name": "docker"}], "aa": False,
+        "schedule": "duet", "warmup": 0, "reruns": 0, "probes": {},
+        "repetitions": "auto", "adaptive": {"target": 0.0001, "min_repetitions": 2, "max_repetitions": 4}})
+    out = tmp_path / "out"
+    crowded = write_study(tmp_path / "crowded.yaml", {**yaml.safe_load(study.read_text()),
+                                                      "hosts": {"cells_per_node": 2}})
+    refused = run_cli("run", str(crowded), "--ray", cluster.address, "--out", str(out))
+    # two pairs at once on a node would share its two sides' cores
+    assert refused.returncode == 2 and "hosts.cells_per_node" in refused.stderr and not out.exists()
+    result = run_cli("run", str(study), "--ray", cluster.address, "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = _rows(out)
+    assert all(r["status"] == "ok" for r in rows), [(r["cell_id"], r["error"]) for r in rows if r["status"] != "ok"]
+    # 2 planned rounds, then adaptive rounds (a pair each) up to the budget of 4
+    assert sorted(r["rep"] for r in rows) == [0, 0, 1, 1, 2, 2, 3, 3]
+    pairs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        pairs[row["info"]["duet"]["pair"]].append(row)
+    assert len(pairs) == 4
+    for members in pairs.values():
+        assert sorted(m["platform_key"] for m in members) == ["baremetal", "docker"]
+        # one unit on one node: the same agent ran both members at once, behind one start line
+        assert len({(m["info"]["host_key"], m["info"]["ray"]["node_id"]) for m in members}) == 1
+        assert len({(m["info"]["ray"]["unit_start"], m["info"]["ray"]["unit_end"]) for m in members}) == 1
+        duet = [m["info"]["duet"] for m in members]
+        assert duet[0]["overlap"] is not None and duet[0]["overlap"] > 0.5, duet
+        assert all(d["lead_s"] is not None for d in duet)
+        # the node's own core layout: one side each, traded while they ran
+        if len(host_cpus()) >= 2:
+            assert duet[0]["cores"] != duet[1]["cores"], duet
+            assert duet[0]["trade"]["trades"] >= 1 and duet[0]["trade"]["problem"] is None, duet
+        assert members[0]["info"]["ray"]["cores"]["sides"] == sorted({d["cores"] for d in duet})
+    _assert_one_unit_per_host_at_a_time(rows)
+    meta = json.loads(sqlite3.connect(out / "isobench.sqlite").execute(
+        "SELECT value FROM meta WHERE key = 'adaptive'").fetchone()[0])
+    assert meta["stopped"] and "budget of 4 repetitions" in meta["reason"], meta
+    run_cli("summary", str(out), check=True)
+    _assert_clean()
 
 
 def test_bad_cluster_input_is_refused_before_anything_is_written(cluster: LocalCluster, tmp_path: Path) -> None:

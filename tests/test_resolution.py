@@ -348,7 +348,7 @@ def test_interference_rises_when_a_busy_loop_shares_the_cells_core(tmp_path: Pat
     assert wall is not None and cpu is not None and cpu < 0.8 * wall, (cpu, wall)
 
 
-def test_a_contaminated_cell_is_rerun_and_both_are_kept(tmp_path: Path) -> None:
+def test_a_contaminated_cell_is_rerun_within_the_rerun_budget_and_both_are_kept(tmp_path: Path) -> None:
     need_root()
     if len(host_cpus()) < 2:
         pytest.skip("host has one core: no disjoint layout")
@@ -365,11 +365,13 @@ def test_a_contaminated_cell_is_rerun_and_both_are_kept(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     cells = _cells(tmp_path / "out")
     ids = [c["cell_id"] for c in cells]
-    assert len(cells) == 3 and ids[1] == f"{ids[0]}+rerun1" and ids[2] == f"{ids[0]}+rerun2", ids
-    # the original and the first re-run were contaminated (else no second re-run); the last may be clean
-    assert all(c["platform_info"]["interference"]["contaminated"] for c in cells[:2])
-    assert all(c["platform_info"]["rerun_of"] == ids[0] for c in cells[1:])
+    # reruns: 2, but a second re-run would make re-runs outlast the study's first runs: the budget stops it
+    assert len(cells) == 2 and ids[1] == f"{ids[0]}+rerun1", ids
+    assert cells[0]["platform_info"]["interference"]["contaminated"]
+    assert cells[1]["platform_info"]["rerun_of"] == ids[0]
     assert "re-running" in result.stdout
+    if cells[1]["platform_info"]["interference"]["contaminated"]:
+        assert f"not re-running {ids[1]}" in result.stdout, result.stdout
 
 
 def test_slowdown_knob_adds_its_fraction_inside_the_timed_items(tmp_path: Path) -> None:

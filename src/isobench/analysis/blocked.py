@@ -196,9 +196,17 @@ def _rounds(sample: list[Point], reference: list[Point]) -> Blocked:
 
 
 # -- contaminated cells and their re-runs -----------------------------------------------
+def shared_flag(info: dict) -> bool:
+    """A contaminated cell whose trading duet partner met the disturbance alike: the runner marks
+    it ``shared`` (runner/interference.py) and the pair's ratio cancels it, so the cell is valid."""
+    interference = info.get("interference")
+    return isinstance(interference, dict) and bool(interference.get("contaminated")) \
+        and bool(interference.get("shared"))
+
+
 def _flagged(info: dict) -> bool:
     interference = info.get("interference")
-    return isinstance(interference, dict) and bool(interference.get("contaminated"))
+    return isinstance(interference, dict) and bool(interference.get("contaminated")) and not shared_flag(info)
 
 
 def origin_of(cell_id: str, info: dict) -> str | None:
@@ -217,7 +225,8 @@ def screen(cells: list[tuple[str, str, dict]]) -> tuple[set[str], dict[str, tupl
     """Which cells the analysis leaves out, from ``(cell_id, status, platform_info)`` rows.
 
     The unit of a re-run is what ran together: a cell, or a duet pair (the runner re-runs both
-    members, so the pair ids stay matched). A unit with a contaminated (or failed) member gives
+    members, so the pair ids stay matched). A shared flag (``shared_flag``) is no contamination
+    here: such a pair is used as it is. A unit with a contaminated (or failed) member gives
     way to its first re-run attempt whose members are all clean (ok, not contaminated); a unit
     without one keeps its original cells, contaminated ones included; the attempts not used are
     left out (one value per round). Returns the left-out ids and, for each contaminated original,

@@ -59,9 +59,10 @@ def core_layout(study: Study, cores: list[int] | None = None) -> CoreLayout:
     return CoreLayout("disjoint", cores[:1], [cores[1:]])
 
 
-def assign_cores(study: Study, cells: list[Cell]) -> list[Cell]:
-    """Give each cell whose knobs choose no cores its side's cores (``Cell.cores``)."""
-    layout = core_layout(study)
+def assign_cores(study: Study, cells: list[Cell], cores: list[int] | None = None) -> list[Cell]:
+    """Give each cell whose knobs choose no cores its side's cores (``Cell.cores``) on a host with
+    ``cores`` (default: this process's CPUs; a cluster node passes its own)."""
+    layout = core_layout(study, cores)
     if layout.mode == "all" and study.schedule != "duet":
         return cells
     placed = []

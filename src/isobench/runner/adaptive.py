@@ -6,7 +6,7 @@ comparison once it has a verdict other than inconclusive: a resolved difference 
 equivalence within the study's margin (analysis/verdict.py). The next round runs only the
 groups of comparisons still running, plus their baseline, in the seeded interleaved order;
 cell ids are the plan's own (``<group>/r<rep>``), so ``--resume`` continues exactly.
-Everything stops when all comparisons are done or a budget (rounds, time) runs out; the
+Everything stops when all comparisons are done or a budget (rounds, time: re-runs count) runs out; the
 store's ``adaptive`` meta records which comparison stopped why, at which look and level.
 
 Optional stopping: looking after every round and stopping at the first nominal 5% verdict
@@ -102,7 +102,7 @@ def look_alpha(rounds: int, max_rounds: int, looks: list[int]) -> float:
 def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | None = None) -> Decision:
     """Which comparisons still need repetitions after ``rounds`` measured rounds, and whether to stop."""
     from isobench.analysis.compare import compare
-    from isobench.analysis.verdict import decide_verdict
+    from isobench.analysis.verdict import decide_verdict, inside_floor
 
     settings = study.adaptive
     assert settings is not None
@@ -116,7 +116,9 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
     states: list[ComparisonState] = []
     active: set[str] = set()
     baseline = study.baseline or study.platforms[0].key
-    for c in compare(store):
+    comparisons = compare(store)
+    held: set[str] = set()  # variants (workload, params, host) with a comparison held inside the A/A floor
+    for c in comparisons:
         if c.metric != settings.metric or c.emulated:
             continue
         width = c.half_width
@@ -129,7 +131,12 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
             state.verdict, state.alpha = old.get("verdict", "inconclusive"), old.get("alpha")
         else:
             p = c.p_holm if c.p_holm is not None else c.p_value
-            state.verdict = decide_verdict(c.metric, math.log(c.ratio), c.se, c.df, p, c.margin, alpha)
+            # The report's guards (too few pairs, inside the A/A floor) apply at every look too.
+            floor = None if c.is_aa else c.noise_floor
+            state.verdict = decide_verdict(c.metric, math.log(c.ratio), c.se, c.df, p, c.margin, alpha,
+                                           n=min(c.n, c.n_baseline), floor=floor)
+            if state.verdict == "inconclusive" and inside_floor(math.log(c.ratio), floor):
+                held.add(_variant(c))
             if state.verdict != "inconclusive":
                 state.status, state.reached_at, state.alpha = "verdict", rounds, alpha
             elif goal is not None and width is not None and width <= goal:
@@ -138,6 +145,9 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
         if state.status == "running":
             active.add(group_key(c.workload, c.params, c.label, c.knobs))
             active.update(group_key(c.workload, c.params, baseline, k) for k in _baseline_knobs(store, c, baseline))
+    # Only a narrower A/A floor can free a comparison held inside it: its A/A runs on, stopped or not.
+    active.update(group_key(c.workload, c.params, c.label, c.knobs) for c in comparisons
+                  if c.is_aa and c.metric == settings.metric and _variant(c) in held)
     spent_s = study_seconds(store)
     rule = f" (look at {rounds} round(s): α={alpha:.4f}; {RULE})"
     if not states:
@@ -154,10 +164,12 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
     if rounds >= settings.max_repetitions:
         budget = f"the budget of {settings.max_repetitions} repetitions ran out"
     elif settings.max_time_s is not None:
-        per_round = next_round_cost(store, study, rounds, active)
+        # re-runs are study time (spent_s counts them): the next round is priced with them, at their rate so far
+        per_round = next_round_cost(store, study, rounds, active) * (1 + rerun_rate(*time_split(store)))
         if spent_s + per_round > settings.max_time_s:
-            budget = (f"the time budget ran out ({spent_s:.0f} s spent of {settings.max_time_s:.0f} s; "
-                      f"another round of the {len(active)} group(s) still running needs about {per_round:.0f} s)")
+            budget = (f"the time budget ran out ({spent_s:.0f} s spent of {settings.max_time_s:.0f} s, re-runs "
+                      f"included; another round of the {len(active)} group(s) still running needs about "
+                      f"{per_round:.0f} s)")
     if budget:
         for state in states:
             if state.status == "running":
@@ -178,14 +190,46 @@ def _unit(cell_id: str, info: dict[str, Any]) -> str:
     return str((info.get("duet") or {}).get("pair") or (info.get("tenancy") or {}).get("group") or cell_id)
 
 
-def study_seconds(store: Store) -> float:
-    """The study's time so far: each cell's launch-to-exit time, where the cells that ran at
-    once (a duet pair, a tenant group) count once, as long as their longest member."""
+def _unit_seconds(store: Store) -> dict[str, float]:
     units: dict[str, float] = {}
     for cell_id, wall, info in store.conn.execute("SELECT cell_id, wall_s, platform_info FROM cells"):
         unit = _unit(cell_id, json.loads(info or "{}"))
         units[unit] = max(units.get(unit, 0.0), wall or 0.0)
-    return sum(units.values())
+    return units
+
+
+def study_seconds(store: Store) -> float:
+    """The study's time so far: each cell's launch-to-exit time, where the cells that ran at
+    once (a duet pair, a tenant group) count once, as long as their longest member. A re-run
+    (``+rerun<n>``, its own pair or group id) is a unit of its own: it counts too."""
+    return sum(_unit_seconds(store).values())
+
+
+#: re-runs may take at most this share of the study's first-run time, so they never more than double a study
+RERUN_SHARE = 1.0
+
+
+def time_split(store: Store) -> tuple[float, float]:
+    """The study's time so far (as :func:`study_seconds` counts it): first runs, and re-runs."""
+    first = rerun = 0.0
+    for unit, seconds in _unit_seconds(store).items():
+        if "+rerun" in unit:
+            rerun += seconds
+        else:
+            first += seconds
+    return first, rerun
+
+
+def rerun_fits(first_s: float, rerun_s: float, cost_s: float) -> bool:
+    """Whether a re-run taking ``cost_s`` keeps all re-runs within ``RERUN_SHARE`` of the first-run
+    time so far. A re-run helps against a passing disturbance; one that stays (a neighbour for the
+    whole study) would otherwise have every unit run twice or more."""
+    return rerun_s + cost_s <= RERUN_SHARE * first_s
+
+
+def rerun_rate(first_s: float, rerun_s: float) -> float:
+    """Re-run seconds per first-run second so far (capped as :func:`rerun_fits` caps them)."""
+    return min(RERUN_SHARE, rerun_s / first_s) if first_s > 0 else 0.0
 
 
 def next_round_cost(store: Store, study: Study, rounds: int, active: set[str]) -> float:
@@ -203,6 +247,10 @@ def next_round_cost(store: Store, study: Study, rounds: int, active: set[str]) -
         unit = cell.duet.pair if cell.duet else cell.tenant.group if cell.tenant else cell.cell_id
         units[unit] = max(units.get(unit, 0.0), sum(seen) / len(seen) if seen else fallback)
     return sum(units.values())
+
+
+def _variant(c: Any) -> str:
+    return json.dumps([c.workload, c.params, c.host], sort_keys=True)
 
 
 def _key(state: dict[str, Any]) -> str:

@@ -7,7 +7,8 @@ comes back, so a head crash loses no finished cell and ``--resume`` works as loc
 
 Scheduling is the head's, not Ray's (:mod:`isobench.runner.scheduler`): the head hands a node its next unit only when the
 last one is back, so a node never runs two cells at once (``hosts.cells_per_node`` asks
-for co-location explicitly; a tenant group is co-located by definition). In ``spread``
+for co-location explicitly; a tenant group and a duet pair are co-located by definition: each
+is one unit, run whole on one node, and re-run whole if that node is lost). In ``spread``
 mode a node claims a whole measured round (every group once, in the plan's shuffled order),
 so interleaving holds per host and every round has its baseline on the same host; each
 host first runs its own copy of the warm-up rounds. In ``each`` mode every host runs the
@@ -62,9 +63,12 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
     study, study_text, file, out, store = open_store(study_text, file, out, resume)
     hosts = study.hosts
     mode = hosts.mode if hosts else "spread"
-    if study.schedule == "duet":  # a pair shares one host's cores: the node agents run one cell at a time
-        raise UserError("schedule: duet runs a pair on one host's cores and cluster runs send one cell at a "
-                        "time to a node", file=file, field="schedule", fix="use schedule: sequential with --ray")
+    if study.schedule == "duet" and hosts is not None and hosts.cells_per_node > 1:
+        # two pairs on one node would share its two sides' cores and each pair would measure the other
+        raise UserError("schedule: duet runs one pair at a time on a node's cores, and hosts.cells_per_node "
+                        f"{hosts.cells_per_node} would put {hosts.cells_per_node} pairs on them at once",
+                        file=file, field="hosts.cells_per_node",
+                        fix="drop cells_per_node (1), or use schedule: sequential for co-location")
     if study.repetitions == "auto" and mode == "each":
         raise UserError("repetitions: auto on a cluster needs hosts.mode spread", file=file, field="hosts.mode",
                         fix="use mode spread, or give a number of repetitions")
@@ -143,6 +147,11 @@ def run_study_on_ray(study_text: str | None, file: str | None, out: Path | None,
     return out
 
 
+def _keys(unit: list[Cell]) -> list[str]:
+    """What the store shows as each member's platform when the unit never ran."""
+    return [c.platform_key for c in unit]
+
+
 def _lost_outcome(cell: Cell, why: str) -> CellOutcome:
     return CellOutcome(cell=cell, status="lost", exit_code=None, error=why, stderr_tail="",
                        started_at=time.time(), wall_s=0.0, startup_s=None)
@@ -197,7 +206,7 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
                         TimeRemainingColumn(), console=console, transient=False)  # labels are plain text
     by_ref: dict[Any, Node] = {}
 
-    def record(outcomes: list[CellOutcome], display: str) -> None:
+    def record(outcomes: list[CellOutcome], display: str | list[str]) -> None:
         nonlocal failures
         store.record_all(outcomes, display)
         for outcome in outcomes:
@@ -211,8 +220,7 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
     with sigterm_as_interrupt(), progress:
         task = progress.add_task("running", total=total, completed=already)
         for unit, why in scheduler.unrunnable:
-            record([dataclasses.replace(_lost_outcome(c, why), status="unavailable") for c in unit],
-                   unit[0].platform_key)
+            record([dataclasses.replace(_lost_outcome(c, why), status="unavailable") for c in unit], _keys(unit))
         while True:
             for node in nodes:
                 while node.alive and len(node.running) < slots:
@@ -222,7 +230,8 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
                     ref = node.actor.run.remote(unit, str(out.resolve()))
                     node.running[ref] = (unit, time.monotonic())
                     by_ref[ref] = node
-                    progress.update(task, description=f"{node.host}: {unit[0].workload_key} on {unit[0].platform_key}")
+                    shown = " + ".join(dict.fromkeys(c.platform_key for c in unit))
+                    progress.update(task, description=f"{node.host}: {unit[0].workload_key} on {shown}")
             if not by_ref:
                 extra = more_rounds() if more_rounds is not None else []
                 if not extra:
@@ -248,14 +257,14 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
                     stranded = scheduler.reassign(node, [unit, *node.queue], why)
                     node.queue.clear()
                     for lost_unit, reason in stranded:
-                        record([_lost_outcome(c, reason) for c in lost_unit], unit[0].platform_key)
+                        record([_lost_outcome(c, reason) for c in lost_unit], _keys(lost_unit))
                     continue
                 except ray.exceptions.RayTaskError as exc:  # a bug in the agent: the node lives on
                     message = str(exc).strip().splitlines()[-1][:500]
                     record([CellOutcome(cell=c, status="failed", exit_code=None,
                                         error=f"the node's agent failed: {message}", stderr_tail=str(exc)[-2000:],
                                         started_at=time.time(), wall_s=0.0, startup_s=None) for c in unit],
-                           unit[0].platform_key)
+                           _keys(unit))
                     continue
                 head_s = time.monotonic() - sent
                 for outcome in result["outcomes"]:
@@ -268,7 +277,7 @@ def _drive(ray: Any, scheduler: Scheduler, nodes: list[Node], slots: int, store:
         for unit in scheduler.stranded_rounds():
             gone = ", ".join(n.host for n in nodes if not n.alive)
             record([_lost_outcome(c, "no live node of the study can run it" + (f" (lost: {gone})" if gone else ""))
-                    for c in unit], unit[0].platform_key)
+                    for c in unit], _keys(unit))
     return failures
 
 

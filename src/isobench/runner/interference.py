@@ -14,7 +14,9 @@ Two snapshots bracket the cell's measured window (the worker's ``run_start`` rec
 The cell's own CPU time over the window (``cpuacct.usage``) divided by its items is the
 ``cpu.per_item`` metric: CPU seconds per item, beside wall seconds per item. A cell whose
 cores lost more than the study's ``contamination_threshold`` of their time to steal or to
-other tasks is flagged contaminated; the runner may re-run it (runner/study.py).
+other tasks is flagged contaminated; the runner may re-run it (runner/study.py), unless both
+members of a pair that trades cores lost comparable time (``shared_disturbance``): the pairing
+cancels what lands on both alike, and a re-run would meet the same neighbour again.
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
     if co_tenants:
         lost = steal / (window * len(cores))
         result["judged_on"] = f"steal only: {co_tenants} co-tenant(s) share these cores by design"
+    result["judged_share"] = lost  # what the threshold was applied to (a pair's members are compared on it)
     # /proc/stat counts in ticks (10 ms): a shorter window cannot tell a neighbour from rounding
     result["contaminated"] = lost > threshold and window >= MIN_JUDGED_WINDOW_S
     result["kind"] = "steal" if co_tenants or steal > result.get("other_cpu_s", 0.0) else "other tasks"
@@ -151,6 +154,42 @@ def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
                             f"tasks {result.get('other_cpu_s', 0.0):.2f} s over {window:.2f} s), above the "
                             f"{threshold:.0%} threshold")
     return result
+
+
+#: a trading pair's members must have measured at once for at least this share of the longer window
+#: (runner/tenancy.py ``overlap``): else each saw other moments, and a passing disturbance may have hit one
+MIN_SHARED_OVERLAP = 0.5
+SHARED_REASON = "shared by both members of a trading pair: cancelled by the pairing"
+
+
+def _traded(duet: dict[str, Any]) -> bool:
+    trade = duet.get("trade")
+    return isinstance(trade, dict) and bool(trade.get("trades")) and not trade.get("problem")
+
+
+def shared_disturbance(accounts: list[dict[str, Any]], duets: list[dict[str, Any]], threshold: float) -> str | None:
+    """Why a flagged duet pair's disturbance is one that both members met alike, so that the pair's
+    ratio cancels it; None when it is not (a fixed-sides pair, a lone cell, or one member hit).
+
+    Shared means: the pair traded cores while it ran (then each member spends a like share of the
+    time on each of the pair's cores, and a neighbour on either core lands on both), its members
+    measured at once for most of their windows, and the shares of core time they lost differ by no
+    more than ``threshold``. That difference is the part of the disturbance that hit one member
+    only, which the ratio does not cancel; judging it by the threshold a lone cell is judged by
+    re-runs a pair exactly when its one-sided part alone would have flagged a cell."""
+    if len(accounts) != 2 or len(duets) != 2 or not any(a.get("contaminated") for a in accounts):
+        return None
+    shares = [a.get("judged_share", a.get("lost_share")) for a in accounts]
+    if not all(isinstance(s, int | float) for s in shares) or not all(_traded(d) for d in duets):
+        return None
+    together = duets[0].get("overlap")
+    if not isinstance(together, int | float) or together < MIN_SHARED_OVERLAP:
+        return None
+    low, high = sorted(shares)  # type: ignore[type-var]
+    if high - low > threshold:
+        return None
+    return (f"{SHARED_REASON} (they lost {shares[0]:.0%} and {shares[1]:.0%} of their cores' time, "
+            f"within {threshold:.0%} of each other)")
 
 
 def metrics(accounting: dict[str, Any]) -> list[tuple[str, float, str]]:

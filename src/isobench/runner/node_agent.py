@@ -1,6 +1,10 @@
 """The node side of a cluster run: one :class:`NodeAgent` per node (a Ray actor) describes its
 node, sets the study up there as a local run would (``runner/setup.py``), runs the units of
-cells the head sends, and cleans up."""
+cells the head sends, and cleans up.
+
+A unit runs through the local runner's :func:`~isobench.runner.tenancy.run_group`: a duet pair's
+two members start behind its start line and trade cores, on the cores this node's own layout
+gives them (``plan/cores.py``), and its members' start-up leads are learnt from this node's pairs."""
 
 from __future__ import annotations
 
@@ -12,9 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from isobench.hostinfo import host_cpus
 from isobench.plan.cells import Cell
+from isobench.plan.cores import assign_cores, core_layout
 from isobench.runner.nodes import HOST_LABEL, safe_host_key
 from isobench.runner.setup import prepare_data, sweep_for, tidy_up, unavailable_knobs
+from isobench.runner.tenancy import Leads
 
 
 def _cached_kvm() -> str:
@@ -72,6 +79,11 @@ class NodeAgent:
         self.data_paths: dict[str, str] = {}
         self.hostname = socket.gethostname()
         self.host_key = safe_host_key(self.ray_labels.get(HOST_LABEL) or self.hostname)
+        self.study: Any = None
+        #: this node's CPUs, read before the agent pins itself anywhere: its cells' core layout
+        self.cores = host_cpus()
+        #: duet members' start-up leads, learnt from the pairs run here (a node's start-up is its own)
+        self.leads = Leads()
 
     def describe(self, full: bool = False) -> dict[str, Any]:
         caps = local_capabilities(full)
@@ -86,7 +98,7 @@ class NodeAgent:
         from isobench.studyfile import load_study_text
 
         runner_tag()  # this actor is a runner: its lock protects what it starts
-        study = load_study_text(study_text, file, check_host=False)
+        study = self.study = load_study_text(study_text, file, check_host=False)
         usable: dict[str, str] = {}
         for entry in study.platforms:
             platform = PLATFORMS.get(entry.name)(entry)
@@ -109,25 +121,34 @@ class NodeAgent:
         return usable
 
     def run(self, batch: list[Cell], artifacts_root: str) -> dict[str, Any]:
-        """Run one unit (a cell, or a tenant group at once) as a local run would."""
+        """Run one unit (a cell, a tenant group or a duet pair, at once) as a local run would, on
+        this node's own core layout: the head planned the cells' cores on its own CPUs."""
         from isobench.liveness import runner_tag
         from isobench.platforms.artifact_dirs import artifacts_dir_for
+        from isobench.runner.harness import harness_on_its_cores
         from isobench.runner.hostknobs import applied_host_knobs
+        from isobench.runner.study import share_contamination
         from isobench.runner.tenancy import run_group
 
         began, began_wall = time.monotonic(), time.time()
         self.data_paths.update(prepare_data([c for c in batch if c.data_key not in self.data_paths]))
+        batch = assign_cores(self.study, [dataclasses.replace(c, cores=None) for c in batch], self.cores)
         batch = [dataclasses.replace(c, data_dir=self.data_paths.get(c.data_key or ""),
                                      artifacts_dir=artifacts_dir_for(c, Path(artifacts_root))) for c in batch]
-        platform = self.platforms[batch[0].platform_key]
-        with applied_host_knobs(batch[0].knobs):
-            outcomes = run_group(batch, platform)
+        members = [self.platforms[c.platform_key] for c in batch]
+        # The agent keeps off the cells' cores as the local runner does. The engine daemons stay
+        # where they are: their affinity is host state, and Ray may kill an agent mid-unit.
+        with harness_on_its_cores(core_layout(self.study, self.cores), pin_engine=False) as cores, \
+                applied_host_knobs(batch[0].knobs):
+            outcomes = run_group(batch, members if batch[0].duet else members[0], self.leads)
+        share_contamination(outcomes)  # a trading pair that met one disturbance alike is kept, as locally
         ended_wall = time.time()
         for outcome in outcomes:
             outcome.platform_info.update(host=self.hostname, host_key=self.host_key, runner=runner_tag())
             outcome.platform_info["ray"] = {"node_id": self.node_id, "unit_start": began_wall,
-                                            "unit_end": ended_wall}
-        return {"outcomes": outcomes, "display": platform.display(), "agent_s": time.monotonic() - began}
+                                            "unit_end": ended_wall, "cores": cores}
+        return {"outcomes": outcomes, "display": [p.display() for p in members],
+                "agent_s": time.monotonic() - began}
 
     def sweep(self) -> list[str]:
         """Remove what dead runners left on this host (an agent killed mid-cell, for one)."""

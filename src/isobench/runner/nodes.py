@@ -55,8 +55,18 @@ class Node:
         return {k: v for k, v in class_labels(self.info["labels"]).items() if k not in ("host", "docker", "kvm")}
 
     def can_run(self, unit: list[Cell]) -> bool:
-        cell = unit[0]
-        if self.usable.get(cell.platform_key, "unknown") != "":
-            return False
-        device = str(cell.params.get("device", "cpu"))
-        return not (device.startswith("cuda") and not self.info.get("gpus"))
+        """Whether this node runs every member of the unit (a duet pair's two platforms differ)."""
+        for cell in unit:
+            if self.usable.get(cell.platform_key, "unknown") != "":
+                return False
+            if str(cell.params.get("device", "cpu")).startswith("cuda") and not self.info.get("gpus"):
+                return False
+        return True
+
+    def why_not(self, unit: list[Cell]) -> str:
+        """Why this node cannot run the unit (for the record of a cell it never ran)."""
+        for cell in unit:
+            reason = self.usable.get(cell.platform_key, "unknown")
+            if reason:
+                return f"{cell.platform_key} cannot run on host {self.host}: {reason}"
+        return f"{unit[0].platform_key} cannot run on host {self.host}: it needs a GPU and this host has none"

@@ -1,5 +1,8 @@
 """Which unit of cells each cluster node runs next: pure bookkeeping over :class:`Node` queues,
-testable without Ray (the policy is described in :mod:`isobench.runner.cluster`)."""
+testable without Ray (the policy is described in :mod:`isobench.runner.cluster`).
+
+A unit is what must run at once on one host (``tenant_batches``): a lone cell, a tenant group
+or a duet pair. It is handed out, re-run after a loss and recorded whole, never split."""
 
 from __future__ import annotations
 
@@ -14,7 +17,13 @@ MAX_RERUNS = 2
 
 
 def _suffixed(unit: list[Cell], host: str) -> list[Cell]:
-    return [dataclasses.replace(c, cell_id=f"{c.cell_id}@{host}") for c in unit]
+    """The unit as ``host`` runs it: its cells', duet pair's and tenant group's ids end in
+    ``@host``, so what ran together on one host is never taken for one unit with another's."""
+    return [dataclasses.replace(
+        c, cell_id=f"{c.cell_id}@{host}",
+        duet=dataclasses.replace(c.duet, pair=f"{c.duet.pair}@{host}") if c.duet else None,
+        tenant=dataclasses.replace(c.tenant, group=f"{c.tenant.group}@{host}") if c.tenant else None)
+        for c in unit]
 
 
 class Scheduler:
@@ -40,8 +49,7 @@ class Scheduler:
                     if node.can_run(unit):
                         node.queue.append(mine)
                     elif self._pending(mine):
-                        why = node.usable.get(unit[0].platform_key) or "it needs a GPU and this host has none"
-                        self.unrunnable.append((mine, f"{unit[0].platform_key} cannot run on host {node.host}: {why}"))
+                        self.unrunnable.append((mine, node.why_not(unit)))
         else:
             self.rounds.extend(by_round[r] for r in sorted(by_round))
 

@@ -20,10 +20,12 @@ from isobench.plan.cores import core_layout
 from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.artifact_dirs import artifacts_dir_for
 from isobench.report.plaintext import Markup, markup
-from isobench.runner.adaptive import cells_to_run
+from isobench.runner.adaptive import cells_to_run, rerun_fits, time_split
 from isobench.runner.execute import CellOutcome
 from isobench.runner.harness import harness_on_its_cores
 from isobench.runner.hostknobs import applied_host_knobs
+from isobench.runner.hostload_baseline import sample_before_setup
+from isobench.runner.interference import shared_disturbance
 from isobench.runner.nodes import safe_host_key
 from isobench.runner.setup import (
     create_store,
@@ -79,11 +81,29 @@ def _rerun_cell(cell: Cell, attempt: int) -> Cell:
     return dataclasses.replace(cell, cell_id=cell.cell_id + suffix, duet=duet, tenant=tenant)
 
 
+def share_contamination(outcomes: list[CellOutcome]) -> str | None:
+    """Mark the flagged members of a trading duet pair that met one disturbance alike as ``shared``
+    (runner/interference.py ``shared_disturbance``): the pair's ratio cancelled it, so the pair
+    stays valid and is not re-run. Returns the reason, or None when the pair is not shared."""
+    if len(outcomes) != 2 or outcomes[0].cell.duet is None or any(o.status != "ok" for o in outcomes):
+        return None
+    reason = shared_disturbance([o.interference for o in outcomes],
+                                [o.platform_info.get("duet") or {} for o in outcomes],
+                                outcomes[0].cell.contamination_threshold)
+    for outcome in outcomes if reason else []:
+        if outcome.interference.get("contaminated"):
+            outcome.interference.update(shared=True, shared_reason=reason)
+            outcome.platform_info["interference"] = dict(outcome.interference)
+    return reason
+
+
 def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: Store,
              say: Callable[[str], None], leads: Leads | None = None) -> Iterator[list[CellOutcome]]:
     """Run one unit (a cell, a tenant group, a duet pair), store it, and re-run it while a member
     is contaminated (at most ``study.reruns`` times). Every run is stored: a contaminated cell
-    stays in the store, flagged, and its re-run points back at it (``rerun_of``)."""
+    stays in the store, flagged, and its re-run points back at it (``rerun_of``). A trading pair
+    whose members met the disturbance alike is kept, not re-run; and no re-run starts that would
+    make the study's re-runs take longer than its first runs (``rerun_fits``)."""
     originals = [c.cell_id for c in batch]
     together = members if batch[0].duet else members[0]
     displays = [p.display() for p in members]
@@ -94,13 +114,24 @@ def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: St
         if attempt > 1:
             for outcome, original in zip(outcomes, originals, strict=True):
                 outcome.platform_info["rerun_of"] = original
+        shared = share_contamination(outcomes)
         store.record_all(outcomes, displays)  # a group or a pair: whole or not at all
         yield outcomes
-        dirty = [o for o in outcomes if o.status == "ok" and o.interference.get("contaminated")]
+        if shared:
+            say(f"kept pair {outcomes[0].cell.duet.pair}: {shared}")  # type: ignore[union-attr]
+        dirty = [o for o in outcomes if o.status == "ok" and o.interference.get("contaminated")
+                 and not o.interference.get("shared")]
         if not dirty or attempt > study.reruns or batch[0].warmup:
             return
-        say(f"re-running {', '.join(o.cell.cell_id for o in dirty)}: contaminated "
-            f"({dirty[0].interference.get('reason')})")
+        ids, why = ", ".join(o.cell.cell_id for o in dirty), dirty[0].interference.get("reason")
+        first_s, rerun_s = time_split(store)
+        cost = max(o.wall_s for o in outcomes)  # the unit runs again about as long as it just took
+        if not rerun_fits(first_s, rerun_s, cost):
+            say(f"not re-running {ids} (contaminated: {why}): re-runs have taken {rerun_s:.0f} s of the "
+                f"{first_s:.0f} s of first runs, and another {cost:.0f} s would exceed it; the re-run budget "
+                "keeps a study within twice its own time")
+            return
+        say(f"re-running {ids}: contaminated ({why})")
         with applied_host_knobs(batch[0].knobs):
             outcomes = run_group([_rerun_cell(c, attempt) for c in batch], together, leads)
 
@@ -117,6 +148,7 @@ def _run_study(study_text: str | None, file: str | None, out: Path | None, resum
                console: Console) -> Path:
     study, study_text, file, out, store = open_store(study_text, file, out, resume)
     platforms = check_platforms(study, file)
+    sample_before_setup(resuming=store is not None)  # the host before our own set-up
     plan = expand(study)
     done = store.finished_ids() if store else set()
     todo = [c for c in plan if c.cell_id not in done]
