@@ -36,13 +36,13 @@ platforms:
   - {name: baremetal}
   - {name: baremetal, label: aa}
   - {name: docker}
-repetitions: 4
+repetitions: 5
 warmup: 0
 """
 
 #: per-repetition noise whose product is 1, so every ratio of geometric means is exactly the factor
-STEADY = [1.01, 1 / 1.01, 1.02, 1 / 1.02]
-NOISY = [1.25, 0.8, 1.25, 0.8]  # docker on c: the CI straddles 1
+STEADY = [1.01, 1 / 1.01, 1.02, 1 / 1.02, 1.0]
+NOISY = [1.25, 0.8, 1.25, 0.8, 1.0]  # docker on c: the CI straddles 1
 #: host -> (bare-metal seconds per item, docker factor); None: no baseline ran there
 HOSTS: dict[str, tuple[float | None, float]] = {"a": (0.010, 1.05), "b": (0.010, 1.20), "c": (0.020, 1.10),
                                                  "d": (None, 1.30)}
@@ -69,9 +69,9 @@ def build(directory: Path, hosts: dict[str, tuple[float | None, float]], key: st
             if base is None and cell.platform == "baremetal":
                 continue
             noise = NOISY if (host == "c" and cell.platform == "docker") else STEADY
-            per_item = (base or 0.010) * noise[cell.rep % 4] * (factor if cell.platform == "docker" else 1.0)
+            per_item = (base or 0.010) * noise[cell.rep % 5] * (factor if cell.platform == "docker" else 1.0)
             if host == "c" and cell.platform_key == "aa":  # a noisier A/A on c: its own, wider floor
-                per_item *= [1.05, 1 / 1.05, 1.0, 1.0][cell.rep % 4] / STEADY[cell.rep % 4]
+                per_item *= [1.05, 1 / 1.05, 1.0, 1.0, 1.0][cell.rep % 5] / STEADY[cell.rep % 5]
             info = {key: host} if key else {}
             assert store.record(_outcome(dataclasses.replace(cell, cell_id=f"{cell.cell_id}-{host}"), per_item, info),
                                 "docker/runc" if cell.platform == "docker" else "baremetal")
@@ -101,7 +101,7 @@ def test_each_host_is_compared_with_its_own_baseline(cluster: Path) -> None:
     for host, (_, factor) in HOSTS.items():
         if host in docker:
             assert docker[host].ratio == pytest.approx(factor, rel=1e-9), host
-            assert docker[host].n == 4 and docker[host].n_baseline == 4
+            assert docker[host].n == 5 and docker[host].n_baseline == 5
     # c's bare metal is 2× a's: a cross-host ratio would be 2.2 (or 0.55), the same-host one is 1.10
     assert docker["c"].baseline_mean == pytest.approx(2 * docker["a"].baseline_mean, rel=1e-3)
     assert docker["a"].ci_low > 1 and docker["b"].ci_low > 1  # resolved

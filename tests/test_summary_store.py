@@ -21,7 +21,7 @@ platforms:
   - {name: baremetal}
   - {name: baremetal, label: aa}
   - {name: docker, knobs: {cpuset: "63"}}
-repetitions: 4
+repetitions: 5
 warmup: 1
 """
 
@@ -50,7 +50,7 @@ def test_summary_of_known_values(tmp_path: Path) -> None:
     records = {(r["label"], r["metric"]): r for r in json.loads(result.stdout)}
     docker = records[("docker", "e2e")]
     assert docker["ratio"] == pytest.approx(1.5, rel=1e-9)
-    assert docker["significant"] and docker["n"] == 4 and docker["knobs"] == {"cpuset": "63"}
+    assert docker["significant"] and docker["n"] == 5 and docker["knobs"] == {"cpuset": "63"}
     aa = records[("aa", "e2e")]
     assert aa["ratio"] == pytest.approx(1.0, abs=1e-9) and not aa["significant"]
     assert records[("docker", "phase.compute")]["ratio"] == pytest.approx(1.5)

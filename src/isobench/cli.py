@@ -85,9 +85,8 @@ def run(ctx: typer.Context, study: StudyArg = None,
 
     study = study or study_opt
     if script is not None:  # every positional (and anything after --) belongs to the script
-        from isobench.workloads.script import script_study
-
         from isobench.studyfile import with_budget_text
+        from isobench.workloads.script import script_study
 
         text, name = script_study(script, [*([study] if study else []), *ctx.args],
                                   platforms.split(","), repetitions, warmup_steps)

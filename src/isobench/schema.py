@@ -16,7 +16,7 @@ from typing import Any
 from isobench.errors import UserError
 
 #: the version of the ``isobench summary --json`` record (isobench.report.export has the export's)
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 _STRING = {"type": "string"}
@@ -80,8 +80,8 @@ def summary_schema() -> dict[str, Any]:
         "baseline_mean": _described(_NUMBER, "the baseline's mean, in `unit`"),
         "unit": _described(_STRING, "the metric's unit"),
         "method": _described(_STRING, "the statistical method, e.g. welch-log or paired-log"),
-        "is_aa": _described({"type": "boolean"}, "an A/A comparison: the baseline platform against itself "
-                                                 "(the study's noise floor)"),
+        "is_aa": _described({"type": "boolean"}, "an A/A comparison: the baseline entry again, equal in "
+                                                 "everything but its label (the study's noise floor)"),
         "host": _described(_STRING, "the host both sides ran on"),
         "p_holm": _described(_OPTIONAL_NUMBER, "the Holm-adjusted p-value across the study's comparisons of "
                                                "this metric (null for A/A)"),
@@ -93,6 +93,8 @@ def summary_schema() -> dict[str, Any]:
         "margin": _described(_NUMBER, "the equivalence margin m: equivalent within [1/(1+m), 1+m]"),
         "repetitions_needed": _described({"type": ["integer", "null"]}, "for an inconclusive comparison: "
                                          "repetitions per side that would settle it"),
+        "verdict_reason": _described(_STRING, "why the verdict is not the direction its interval shows: too "
+                                     "few pairs, or inside the A/A noise floor (empty when no guard applied)"),
         "method_reason": _described(_STRING, "why `method` was chosen"),
         "se_paired": _described(_OPTIONAL_NUMBER, "the paired method's standard error of the log ratio"),
         "se_unpaired": _described(_OPTIONAL_NUMBER, "the unpaired method's standard error of the log ratio"),

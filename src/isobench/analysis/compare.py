@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from isobench.analysis import verdict as vd
-from isobench.analysis.blocked import Point, estimate, screen
+from isobench.analysis.blocked import Point, estimate, screen, shared_flag
 from isobench.analysis.stats import bootstrap_ratio_ci, effect_words, holm, interval_at
 from isobench.plan.cells import closest_by_knobs
-from isobench.plan.tenants import tenant_spec
 from isobench.store import Store
+from isobench.study.aa import is_aa_group
 from isobench.studyfile import load_study_text
 
 
@@ -48,6 +48,8 @@ class Group:
     contaminated: int = 0
     rerun: int = 0
     contamination_reasons: list[str] = field(default_factory=list)
+    #: flagged cells of trading duet pairs whose members met the disturbance alike: kept, valid
+    shared_contaminated: int = 0
     #: a duet's cells: the share of each pair's measured window in which both members measured
     duet_overlaps: list[float] = field(default_factory=list)
 
@@ -109,6 +111,9 @@ class Comparison:
     margin: float = vd.DEFAULT_MARGIN
     #: inconclusive: repetitions per side that would settle it at the observed standard error
     repetitions_needed: int | None = None
+    #: why the verdict is not the direction its interval shows (too few pairs, inside the A/A noise
+    #: floor: analysis/verdict.py); empty when no guard held one back
+    verdict_reason: str = ""
 
     @property
     def significant_holm(self) -> bool:
@@ -171,6 +176,8 @@ def load_groups(store: Store) -> list[Group]:
         shared = (info.get("duet") or {}).get("overlap") if isinstance(info.get("duet"), dict) else None
         if isinstance(shared, int | float) and row["cell_id"] not in excluded:
             groups[key].duet_overlaps.append(float(shared))
+        if shared_flag(info) and row["cell_id"] not in excluded:
+            groups[key].shared_contaminated += 1
         if row["cell_id"] in fate:
             rerun, reason = fate[row["cell_id"]]
             groups[key].contaminated += 1
@@ -197,9 +204,7 @@ def _baseline_for(group: Group, candidates: list[Group]) -> Group | None:
 def compare(store: Store) -> list[Comparison]:
     study = load_study_text(store.meta("study_yaml") or "", store.meta("study_file") or "store", check_host=False)
     baseline_key = study.baseline
-    baseline_name = study.baseline_entry().name
-    # A tenant group on the baseline's platform measures interference: it is no A/A entry.
-    tenant_keys = {p.key for p in study.platforms if tenant_spec(study, p) != 1}
+    entries = {p.key: p for p in study.platforms}
     groups = load_groups(store)
     margin = vd.margin_of(study)
     baselines: dict[str, list[Group]] = defaultdict(list)
@@ -221,13 +226,16 @@ def compare(store: Store) -> list[Comparison]:
             blocked = estimate(group.points[metric], base.points[metric], group.platform_key)
             est, sample, reference = blocked.estimate, blocked.sample, blocked.reference
             boot = bootstrap_ratio_ci(sample, reference)
+            # An A/A is the baseline again in everything but its label (study/aa.py), per knob set.
+            entry = entries.get(group.platform_key)
+            is_aa = entry is not None and is_aa_group(study, entry, group.knobs, base.knobs)
             results.append(Comparison(
                 workload=group.workload, platform=group.display, label=group.platform_key,
                 knobs=group.knobs, metric=metric, baseline=base.display, ratio=est.ratio,
                 ci_low=est.ci_low, ci_high=est.ci_high, n=est.n, significant=est.significant,
                 n_baseline=est.n_baseline, p_value=est.p_value, mean=statistics.fmean(sample),
                 baseline_mean=statistics.fmean(reference), unit=group.units.get(metric, ""),
-                method=blocked.method, is_aa=group.platform == baseline_name and group.platform_key not in tenant_keys,
+                method=blocked.method, is_aa=is_aa,
                 boot_low=boot[0] if boot else None, boot_high=boot[1] if boot else None,
                 effect=effect_words(est.ratio, metric), emulated=group.emulated or base.emulated,
                 params=group.params, host=group.host, method_reason=blocked.reason,
@@ -269,7 +277,8 @@ def _adjust(results: list[Comparison]) -> None:
 
 
 def judge(c: Comparison) -> None:
-    """Set the comparison's verdict, 90% interval and repetitions_needed (after Holm: it needs p_holm)."""
+    """Set the comparison's verdict (with its guards' reason), 90% interval and repetitions_needed
+    (after Holm, which sets p_holm, and after the noise floor is known)."""
     if c.se is None and c.ci_low is not None and c.ci_high is not None and c.ci_low > 0:
         # An estimate from elsewhere (another study's store) without its SE: back it out of the 95% CI.
         c.se, c.df = (math.log(c.ci_high) - math.log(c.ci_low)) / (2 * 1.959964), c.df or 1e6
@@ -277,12 +286,19 @@ def judge(c: Comparison) -> None:
     ci90 = interval_at(log_ratio, c.se, c.df, 1 - 2 * vd.ALPHA)
     c.ci90_low, c.ci90_high = ci90 if ci90 else (None, None)
     p = c.p_holm if c.p_holm is not None else c.p_value
-    c.verdict = vd.decide_verdict(c.metric, log_ratio, c.se, c.df, p, c.margin)
+    n = min(c.n, c.n_baseline)
+    floor = None if c.is_aa else c.noise_floor  # an A/A is not judged against its own floor
+    c.verdict, c.verdict_reason = vd.verdict_and_reason(c.metric, log_ratio, c.se, c.df, p, c.margin, n=n,
+                                                        floor=floor)
     c.repetitions_needed = None
     if c.verdict == "inconclusive":
-        needed = vd.repetitions_needed(log_ratio, c.se, c.df, min(c.n, c.n_baseline), c.margin)
-        # Holm can hold back a difference the interval already resolves: at least one more then.
-        c.repetitions_needed = None if needed is None else max(needed, min(c.n, c.n_baseline) + 1)
+        # Inside the A/A floor, more repetitions of this comparison can only show equivalence.
+        held = vd.inside_floor(log_ratio, floor)
+        needed = vd.repetitions_needed(log_ratio, c.se, c.df, n, c.margin, difference=not held)
+        # Holm can hold back a difference the interval already resolves, and a direction needs
+        # MIN_DIRECTION_N pairs: at least one more, and at least that many, then.
+        floor_n = vd.MIN_DIRECTION_N if c.verdict_reason and not held else 0
+        c.repetitions_needed = None if needed is None else max(needed, n + 1, floor_n)
 
 
 def phase_attribution(comparisons: list[Comparison], e2e: Comparison) -> tuple[str, float] | None:

@@ -10,7 +10,7 @@ import json
 import statistics
 from dataclasses import dataclass
 
-from isobench.analysis.compare import Comparison, Group, _adjust, compare, floor_of, load_groups
+from isobench.analysis.compare import Comparison, Group, _adjust, compare, floor_of, judge, load_groups
 from isobench.analysis.stats import METHOD, bootstrap_ratio_ci, effect_words, ratio_ci
 from isobench.errors import UserError
 from isobench.store import Store
@@ -97,6 +97,7 @@ def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, forc
                 floors[key] = max(floors.get(key, 0.0), width)
     for c in results:
         c.noise_floor = floors.get((c.workload, json.dumps(c.params, sort_keys=True), c.metric))
+        judge(c)  # again, now that the floor is known: an effect inside it is not a direction
     missing = len(groups_b) - sum(1 for g in groups_b if counterpart(g) is not None)
     if missing:
         notes.append(f"{missing} group(s) of {name_b} have no counterpart in {name_a} (other platforms or knobs)")

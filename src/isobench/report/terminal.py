@@ -77,7 +77,7 @@ def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None
                 text += f", mostly in {top[0]} ({share})"
         text += _cpu_clause(c, comparisons)
     else:
-        text += ": inconclusive"
+        text += ": inconclusive" + (f" ({c.verdict_reason})" if c.verdict_reason else "")
         if c.significant and c.p_holm is not None and c.p_holm >= 0.05:
             text += f" (the interval excludes 1, but not after Holm's correction: adjusted p={c.p_holm:.2f})"
         more = None if c.repetitions_needed is None else c.repetitions_needed - min(c.n, c.n_baseline)
@@ -149,7 +149,7 @@ def _aa_verdict(c: Comparison) -> str:
     if c.verdict == "equivalent":
         return f"; the A/A verdict is equivalent within {fmt_margin(c.margin)}"
     if c.verdict == "inconclusive":
-        return "; the A/A verdict is inconclusive"
+        return "; the A/A verdict is inconclusive" + (f" ({c.verdict_reason})" if c.verdict_reason else "")
     return f"; the A/A entry reads {c.verdict}: a false alarm, or the host changed during the study"
 
 
@@ -222,10 +222,12 @@ def cores_line(store: Store) -> str | None:
 
 
 def print_summary(store: Store, comparisons: list[Comparison], console: Console) -> None:
+    from isobench.report.design import design_line
+
     console.print(comparison_table(store, comparisons))
-    line = cores_line(store)
-    if line:
-        console.print(line, markup=False, highlight=False)
+    for line in (design_line(store.meta("design")), cores_line(store)):
+        if line:
+            console.print(line, markup=False, highlight=False)
     for text in noise_floor_lines(comparisons) + headline(comparisons):
         console.print(text, markup=False, highlight=False)
     print_fleet(store, comparisons, console)

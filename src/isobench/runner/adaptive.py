@@ -102,7 +102,7 @@ def look_alpha(rounds: int, max_rounds: int, looks: list[int]) -> float:
 def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | None = None) -> Decision:
     """Which comparisons still need repetitions after ``rounds`` measured rounds, and whether to stop."""
     from isobench.analysis.compare import compare
-    from isobench.analysis.verdict import decide_verdict, inside_floor
+    from isobench.analysis.verdict import inside_floor, verdict_and_reason
 
     settings = study.adaptive
     assert settings is not None
@@ -133,14 +133,14 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
             p = c.p_holm if c.p_holm is not None else c.p_value
             # The report's guards (too few pairs, inside the A/A floor) apply at every look too.
             floor = None if c.is_aa else c.noise_floor
-            state.verdict = decide_verdict(c.metric, math.log(c.ratio), c.se, c.df, p, c.margin, alpha,
-                                           n=min(c.n, c.n_baseline), floor=floor)
-            if state.verdict == "inconclusive" and inside_floor(math.log(c.ratio), floor):
-                held.add(_variant(c))
+            state.verdict, why = verdict_and_reason(c.metric, math.log(c.ratio), c.se, c.df, p, c.margin, alpha,
+                                                    n=min(c.n, c.n_baseline), floor=floor)
             if state.verdict != "inconclusive":
                 state.status, state.reached_at, state.alpha = "verdict", rounds, alpha
             elif goal is not None and width is not None and width <= goal:
                 state.status, state.reached_at = "reached", rounds
+            if state.status == "running" and why and inside_floor(math.log(c.ratio), floor):
+                held.add(_variant(c))  # resolved by its own interval, held back by the A/A floor
         states.append(state)
         if state.status == "running":
             active.add(group_key(c.workload, c.params, c.label, c.knobs))
