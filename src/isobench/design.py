@@ -32,6 +32,7 @@ import yaml
 
 from isobench.errors import UserError
 from isobench.plan.cores import CORE_KNOBS
+from isobench.study.aa import is_aa_entry
 from isobench.study.model import Study, knob_combinations, parse_duration
 
 #: the budget a study without one gets: seconds of running cells (a duet pair or a tenant group
@@ -106,12 +107,6 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.3g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
-def is_aa_content(entry: dict[str, Any], baseline: dict[str, Any]) -> bool:
-    """An entry (a raw study mapping) is the baseline again in everything but its label."""
-    keys = ("name", "runtime", "image", "knobs", "options", "tenants")
-    return all((entry.get(k) or None) == (baseline.get(k) or None) for k in keys)
-
-
 def duet_obstacle(study: Study, cores: list[int] | None) -> str | None:
     """Why ``study`` cannot run as a duet on a host with ``cores`` (None: any host), or None."""
     from isobench.platforms import PLATFORMS
@@ -147,7 +142,8 @@ def resolve(raw: dict[str, Any], study: Study, cores: list[int] | None) -> tuple
     aa_added = aa_missing = None
     platforms = [dict(p) for p in raw.get("platforms") or []]
     baseline = next((p for p in platforms if (p.get("label") or p.get("name")) == study.baseline), None)
-    has_aa = baseline is not None and any(p is not baseline and is_aa_content(p, baseline) for p in platforms)
+    # One rule for the plan and the analysis (study/aa.py): the baseline again but for its label.
+    has_aa = any(p.key != study.baseline and is_aa_entry(study, p) for p in study.platforms)
     if not has_aa and study.aa and baseline is not None:
         taken = {p.get("label") or p.get("name") for p in platforms}
         label = next(name for name in (AA_LABEL, *(f"{AA_LABEL}-{i}" for i in range(2, 100))) if name not in taken)
