@@ -389,9 +389,10 @@ def test_slowdown_knob_adds_its_fraction_inside_the_timed_items(tmp_path: Path) 
     store.close()
     slow = {(item, phase): seconds for key, item, phase, seconds in rows if key == "slow"}
     assert not [r for r in rows if r[0] == "baremetal" and r[2] == "injected"]  # only where asked
-    shares = sorted(slow[(i, "injected")] / slow[(i, "compute")] for i in range(40))
-    # inside each timed item, the injected work is a fifth of the item's own work, and in its e2e
-    assert 0.14 < shares[20] < 0.3, shares
+    # inside the timed items, the injected work is a fifth of the items' own work (in total: a short
+    # injection is rarely preempted on a busy host, a 2 ms item often), and in each item's e2e
+    injected, compute = (sum(slow[(i, name)] for i in range(40)) for name in ("injected", "compute"))
+    assert 0.14 < injected / compute < 0.3, (injected, compute)
     for i in range(40):
         assert abs(slow[(i, "e2e")] - slow[(i, "compute")] - slow[(i, "injected")]) < 1e-6
 

@@ -77,8 +77,8 @@ class Knobs(BaseModel):
     power_mode: int | None = Field(None, ge=0, le=64, description="Jetson nvpmodel mode (nvpmodel -m)")
     jetson_clocks: bool | None = Field(None, description="Jetson: clocks locked at their maximum")
     #: an injected effect, to check on any host that a cost of this size is seen (workloads/timing.py)
-    slowdown: float | None = Field(None, ge=0, le=10, description="add this fraction of calibrated extra CPU "
-                                   "work to every timed item (0.03: 3% slower); any platform")
+    slowdown: float | None = Field(None, ge=0, le=10, description="add this fraction of each timed item's CPU "
+                                   "time as extra CPU work on its thread (0.03: 3% slower); any platform")
     data_mount: Literal["bind", "copy", "volume"] | None = Field(
         None, description="docker: data set bind-mounted, copied into the writable layer, or a named volume")
 

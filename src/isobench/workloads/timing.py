@@ -26,7 +26,11 @@ CPU_SYNC_NOOP = "cpu-sync-noop"
 
 #: phase that holds the injected extra work (the ``slowdown`` knob)
 INJECTED = "injected"
-_slowdown = {"fraction": 0.0, "rate": 0.0}
+#: fraction: the knob; rate: spin iterations per CPU second of this thread (a running average);
+#: owed: CPU seconds the injections so far fell short of their targets (negative: overshot)
+_slowdown = {"fraction": 0.0, "rate": 0.0, "owed": 0.0}
+#: weight of the latest injection in the running rate
+_RATE_WEIGHT = 0.2
 
 
 def _spin(iterations: int) -> float:
@@ -37,25 +41,51 @@ def _spin(iterations: int) -> float:
 
 
 def inject_slowdown(fraction: float) -> float:
-    """From now on every item timed by a :class:`PhaseClock` does ``fraction`` of its own time
-    again as extra CPU work, so a known effect can be checked for on any host. The work is
-    calibrated here (iterations per second, best of five, raised when an injection runs faster)
-    and then counted in iterations, not seconds: on a busy core it takes longer, as real work
-    does. Returns the rate."""
-    best = 0.0
-    for _ in range(5):
-        started = time.perf_counter()
-        _spin(20_000)
-        best = max(best, 20_000 / max(time.perf_counter() - started, 1e-9))
-    _slowdown.update(fraction=fraction, rate=best)
-    return best
+    """From now on every item timed by a clock from :func:`phase_clock` (and every item of a script)
+    spends ``fraction`` of its own CPU time again as extra CPU work on its thread, in its own
+    ``injected`` phase, so a known effect can be checked for on any host. The item's CPU time
+    (``time.thread_time``) is scaled, and the work is calibrated in iterations per CPU second, not
+    per wall second: beside a busy neighbour the item and the injection both stretch by the share
+    of the core they get, so the ratio stays 1 + fraction (a wall-time calibration added
+    fraction × contention). Returns the spin's rate (iterations per CPU second) measured here."""
+    iterations, rates = 50_000, []  # about 2 ms each here
+    for _ in range(3):
+        began = time.thread_time()
+        _spin(iterations)
+        rates.append(iterations / max(time.thread_time() - began, 1e-9))
+    _slowdown.update(fraction=fraction, rate=sorted(rates)[1], owed=0.0)
+    return _slowdown["rate"]
 
 
-def _faster_rate(iterations: int, seconds: float) -> None:
-    """Keep the fastest rate seen: a calibration that fell in a slow spell of its core (one
-    core here ran 1.5x slower for a second at a time) would inject too little from then on."""
-    if iterations >= 2_000 and seconds > 0:
-        _slowdown["rate"] = max(_slowdown["rate"], iterations / seconds)
+def active_slowdown() -> float:
+    """The injected fraction in force in this process (0: none)."""
+    return _slowdown["fraction"]
+
+
+def spend_cpu(seconds: float, cpu_now: float | None = None) -> None:
+    """Spend about ``seconds`` more CPU time on this thread (``cpu_now``: its CPU clock read just
+    before, to save a read). One spin sized by the running rate, with no clock read inside it:
+    reading the thread's CPU clock is a system call, and there the scheduler may preempt a thread
+    whose slice is spent, so reads inside the injection made it lose the core more often than
+    the item it copies (measured: 2.2-2.4x its CPU time in wall time beside a busy loop, against
+    2.0x for the item). What one injection misses of its target is owed to the next, so a cell's
+    injections add up to their targets whatever the rate's error."""
+    began = time.thread_time() if cpu_now is None else cpu_now
+    target = seconds + _slowdown["owed"]
+    iterations = int(target * _slowdown["rate"]) if target > 0 else 0
+    _spin(iterations)
+    spent = time.thread_time() - began
+    _slowdown["owed"] = target - spent
+    if iterations >= 2_000 and spent > 0:
+        _slowdown["rate"] += _RATE_WEIGHT * (iterations / spent - _slowdown["rate"])
+
+
+def wait_wall(seconds: float) -> None:
+    """Spin on the host until ``seconds`` of wall time have passed (the CUDA-event clock's
+    injection: the device idles meanwhile, so its elapsed time grows by this much)."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        _spin(200)
 
 
 def timing_mode(sync_timing: bool, device_type: str) -> str:
@@ -85,12 +115,6 @@ class PhaseClock:
 
     def stop(self) -> tuple[dict[str, float], float]:
         """The item's phases (seconds) and its end-to-end time, measured from ``start()``."""
-        if _slowdown["fraction"] and self._marks:
-            iterations = int(_slowdown["fraction"] * (self._marks[-1][1] - self._start) * _slowdown["rate"])
-            began = self._clock()
-            _spin(iterations)
-            self.lap(INJECTED)
-            _faster_rate(iterations, self._marks[-1][1] - began)
         phases = {}
         previous = self._start
         for name, stamp in self._marks:
@@ -99,10 +123,38 @@ class PhaseClock:
         return phases, previous - self._start
 
 
+class InjectingPhaseClock(PhaseClock):
+    """A PhaseClock whose ``stop()`` first spends the slowdown's fraction of the item's CPU time
+    (its thread's, from ``start()`` to the last lap) again, as the ``injected`` phase. A class
+    of its own, picked by :func:`phase_clock`, so a clock without the knob reads no CPU clock."""
+
+    __slots__ = ("_cpu_start", "_fraction")
+
+    def __init__(self, mode: str = CLOCK) -> None:
+        super().__init__(mode)
+        self._fraction = _slowdown["fraction"]
+        self._cpu_start = 0.0
+
+    def start(self) -> None:
+        super().start()
+        self._cpu_start = time.thread_time()
+
+    def stop(self) -> tuple[dict[str, float], float]:
+        marks = self._marks
+        if marks:
+            cpu_end = time.thread_time()
+            # The last phase ends after that read, as the item's start is after its first: a
+            # preemption the read lets in then lands in the item, not in the injection.
+            marks[-1] = (marks[-1][0], self._clock())
+            spend_cpu(self._fraction * max(cpu_end - self._cpu_start, 0.0), cpu_end)
+            self.lap(INJECTED)
+        return super().stop()
+
+
 class CudaEventClock(PhaseClock):
     """The same marks as CUDA events: device time between boundaries, synchronised per item."""
 
-    __slots__ = ("_events", "_torch")
+    __slots__ = ("_events", "_fraction", "_torch")
 
     def __init__(self) -> None:
         import torch
@@ -110,6 +162,7 @@ class CudaEventClock(PhaseClock):
         super().__init__(CUDA_EVENTS)
         self._torch = torch
         self._events: list[Any] = []
+        self._fraction = _slowdown["fraction"]
 
     def start(self) -> None:
         self._marks.clear()
@@ -122,6 +175,14 @@ class CudaEventClock(PhaseClock):
     def stop(self) -> tuple[dict[str, float], float]:
         events = self._events
         events[-1].synchronize()
+        if self._fraction and self._marks:
+            # What this clock measures is device time, an elapsed time: the injection waits on the
+            # host for the fraction of it while the device idles, then marks its end with an event.
+            # (A CPU-time injection would not show in device time; a device spin kernel would need
+            # a cycles-per-second calibration that a busy or throttled GPU breaks.)
+            wait_wall(self._fraction * events[0].elapsed_time(events[-1]) / 1000.0)
+            self.lap(INJECTED)
+            events[-1].synchronize()
         phases = {name: events[i].elapsed_time(events[i + 1]) / 1000.0 for i, (name, _) in enumerate(self._marks)}
         return phases, events[0].elapsed_time(events[-1]) / 1000.0
 
@@ -132,7 +193,10 @@ class CudaEventClock(PhaseClock):
 
 
 def phase_clock(mode: str) -> PhaseClock:
-    return CudaEventClock() if mode == CUDA_EVENTS else PhaseClock(mode)
+    """The item clock for ``mode``; with a ``slowdown`` in force, one that injects it."""
+    if mode == CUDA_EVENTS:
+        return CudaEventClock()
+    return InjectingPhaseClock(mode) if _slowdown["fraction"] else PhaseClock(mode)
 
 
 def resolve_device(requested: str) -> Any:
@@ -148,9 +212,9 @@ def resolve_device(requested: str) -> Any:
 
 def timed_items(ctx: Any, phase: str, work: Callable[[], object], iterations: int, min_seconds: float) -> None:
     """The timed loop of a one-phase microbenchmark: ``work()`` is one item, run ``iterations``
-    times or until ``min_seconds`` have passed, whichever is longer, each item timed by PhaseClock
-    (so a ``slowdown`` knob is injected here too)."""
-    clock = PhaseClock()
+    times or until ``min_seconds`` have passed, whichever is longer, each item timed by
+    :func:`phase_clock` (so a ``slowdown`` knob is injected here too)."""
+    clock = phase_clock(CLOCK)
     ctx.start_run()
     done = 0
     while done < iterations or ctx.measured_s() < min_seconds:

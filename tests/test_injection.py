@@ -1,0 +1,233 @@
+"""The `slowdown` knob injects a known effect that reads 1 + fraction whether or not the host is
+busy: the item's own CPU time is spent again, measured on the same CPU clock. Beside busy loops
+on the same core the wall-time calibration it replaced overshot by the contention factor."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from isobench.workloads import timing
+from isobench.workloads.timing import (
+    CLOCK,
+    INJECTED,
+    InjectingPhaseClock,
+    PhaseClock,
+    inject_slowdown,
+    phase_clock,
+    spend_cpu,
+)
+from tests.conftest import json_lines
+
+FRACTION = 0.2  # large, so that a 2-core VM's noise cannot hide an overshoot
+ITEMS = 25
+TOLERANCE = 0.06
+
+
+@pytest.fixture(autouse=True)
+def no_slowdown_after() -> Iterator[None]:
+    yield
+    timing._slowdown.update(fraction=0.0, rate=0.0, owed=0.0)
+
+
+@pytest.fixture
+def one_core() -> Iterator[int]:
+    """This process on one core (the last it may use) for the test, then back where it was."""
+    before = os.sched_getaffinity(0)
+    core = max(before)
+    os.sched_setaffinity(0, {core})
+    yield core
+    os.sched_setaffinity(0, before)
+
+
+def _cpu_bound_item() -> int:
+    total = 0
+    for i in range(250_000):  # about 15-40 ms of pure Python here
+        total += i * i
+    return total
+
+
+def _injected_ratio(items: int = ITEMS) -> tuple[float, float]:
+    """(e2e with the injection / e2e without it, mean item wall time without it). Both from the
+    same items, work phase against work plus injected phase, so the contention that other tasks
+    put on a shared test host, which changes from one item to the next, is the same on both sides.
+    Totals, not a median of ratios: beside a neighbour a short injection either fits in the
+    item's time slice or waits out the neighbour's, and a median would pick one of the two."""
+    clock = InjectingPhaseClock()
+    work, injected = 0.0, 0.0
+    for _ in range(items):
+        clock.start()
+        _cpu_bound_item()
+        clock.lap("work")
+        phases, e2e = clock.stop()
+        assert e2e == pytest.approx(phases["work"] + phases[INJECTED], rel=1e-6)
+        work, injected = work + phases["work"], injected + phases[INJECTED]
+    return (work + injected) / work, work / items
+
+
+def _old_wall_calibrated_ratio(rate_per_wall_s: float, items: int = ITEMS) -> float:
+    """What the replaced calibration gave: fraction × the item's wall time × a rate in iterations
+    per wall second measured on a quiet core, spun as a count of iterations."""
+    without, with_injection = 0.0, 0.0
+    for _ in range(items):
+        started = time.perf_counter()
+        _cpu_bound_item()
+        wall = time.perf_counter() - started
+        timing._spin(int(FRACTION * wall * rate_per_wall_s))
+        without, with_injection = without + wall, with_injection + time.perf_counter() - started
+    return with_injection / without
+
+
+def _quiet_wall_rate() -> float:
+    """The replaced calibration's rate, iterations per wall second, best of five (longer spins than
+    it had: a 1 ms one read up to 35% slow here, which would hide part of the overshoot)."""
+    best = 0.0
+    for _ in range(5):
+        started = time.perf_counter()
+        timing._spin(100_000)
+        best = max(best, 100_000 / (time.perf_counter() - started))
+    return best
+
+
+def test_slowdown_reads_its_fraction_alone_and_beside_busy_loops_on_its_core(one_core: int) -> None:
+    inject_slowdown(FRACTION)
+    old_rate = _quiet_wall_rate()
+    alone_ratio, alone_wall = _injected_ratio()
+    # two busy loops on the same core, each bounded in time even if the test dies: about a third
+    # of the core is left to the items, a contention the old calibration cannot hide in noise
+    busy_loop = f"import os, time\nos.sched_setaffinity(0, {{{one_core}}})\nprint(flush=True)\n" \
+                "end = time.monotonic() + 20\nwhile time.monotonic() < end: pass"
+    neighbours = [subprocess.Popen([sys.executable, "-c", busy_loop], stdout=subprocess.PIPE) for _ in range(2)]
+    try:
+        for neighbour in neighbours:
+            assert neighbour.stdout is not None
+            neighbour.stdout.readline()  # it is spinning on our core now
+        loaded_ratio, loaded_wall = _injected_ratio(2 * ITEMS)  # time slices make single items swing more
+        old_ratio = _old_wall_calibrated_ratio(old_rate)
+    finally:
+        for neighbour in neighbours:
+            neighbour.kill()
+            neighbour.wait()
+    contention = loaded_wall / alone_wall
+    assert contention > 1.8, f"the neighbours did not share the core (x{contention:.2f})"
+    assert abs(alone_ratio - (1 + FRACTION)) < TOLERANCE, alone_ratio
+    assert abs(loaded_ratio - (1 + FRACTION)) < TOLERANCE, (loaded_ratio, contention)
+    # the wall-time calibration scaled an inflated wall time by work that is inflated again: it
+    # read more (about 1 + FRACTION × contention, less what time slices hide): it fails the check
+    assert old_ratio > 1 + FRACTION + TOLERANCE, (old_ratio, loaded_ratio, contention)
+
+
+def test_spend_cpu_adds_up_to_the_cpu_time_asked_for() -> None:
+    inject_slowdown(0.1)
+    timing._slowdown["rate"] *= 1.5  # a rate that is wrong: what one call misses, the next makes up
+    asked = [0.0005, 0.004, 0.002, 0.01, 0.003, 0.006] * 3
+    began = time.thread_time()
+    for seconds in asked:
+        spend_cpu(seconds)
+    spent = time.thread_time() - began
+    assert abs(spent - sum(asked)) < 0.01 * sum(asked) + abs(timing._slowdown["owed"]), (spent, sum(asked))
+    assert abs(timing._slowdown["owed"]) < 0.003  # the running rate has come close to the true one
+
+
+def test_without_slowdown_the_clock_reads_no_cpu_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = phase_clock(CLOCK)
+    assert type(clock) is PhaseClock
+    monkeypatch.setattr(time, "thread_time", lambda: pytest.fail("thread_time read without a slowdown"))
+    clock.start()
+    clock.lap("work")
+    phases, _ = clock.stop()
+    assert list(phases) == ["work"]
+    monkeypatch.undo()
+    inject_slowdown(FRACTION)
+    assert isinstance(phase_clock(CLOCK), InjectingPhaseClock)
+
+
+def test_timed_items_inject_into_each_item() -> None:
+    import gc
+
+    from isobench.workloads.channel import CellContext
+    from isobench.workloads.timing import timed_items
+
+    inject_slowdown(FRACTION)
+    stream = io.StringIO()
+    ctx = CellContext(stream, {"cell_id": "t"})
+    try:
+        timed_items(ctx, "compute", _cpu_bound_item, 10, 0.0)
+        ctx.finish()
+    finally:
+        gc.unfreeze()  # start_run froze this test process's objects
+    items = [json.loads(line) for line in stream.getvalue().splitlines() if '"item"' in line]
+    # one injection may miss its target (what it misses is owed to the next): the items' totals
+    injected, compute = (sum(item["phases"][name] for item in items) for name in (INJECTED, "compute"))
+    assert len(items) == 10 and 0.14 < injected / compute < 0.3, (injected, compute)
+
+
+class _FakeEvent:
+    """A CUDA event whose timestamp is the host's clock: the device idles between items here."""
+
+    def __init__(self, enable_timing: bool) -> None:
+        self.at = 0.0
+
+    def record(self) -> None:
+        self.at = time.perf_counter()
+
+    def synchronize(self) -> None:
+        return None
+
+    def elapsed_time(self, end: _FakeEvent) -> float:
+        return (end.at - self.at) * 1000.0
+
+
+def test_cuda_event_clock_injects_the_fraction_of_device_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("torch")
+    fake.cuda = types.SimpleNamespace(Event=_FakeEvent)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    inject_slowdown(FRACTION)
+    clock = phase_clock(timing.CUDA_EVENTS)
+    shares = []
+    for _ in range(8):
+        clock.start()
+        time.sleep(0.04)  # device time of the item, as the events see it
+        clock.lap("forward")
+        phases, e2e = clock.stop()
+        assert set(phases) == {"forward", INJECTED}
+        assert e2e == pytest.approx(phases["forward"] + phases[INJECTED], rel=1e-6)
+        shares.append(phases[INJECTED] / phases["forward"])
+    # the wait ends at its deadline or later (a busy host can pause it): never short, and within
+    # 2 ms of it in the items the host left alone
+    assert min(shares) >= FRACTION and min(shares) < FRACTION + 0.05, shares
+
+
+def test_a_scripts_steps_get_the_slowdown_in_the_worker(tmp_path: Path) -> None:
+    script = tmp_path / "userdir" / "busy.py"
+    script.parent.mkdir()
+    script.write_text(textwrap.dedent("""
+        from isobench import phase, step
+        for _ in range(10):
+            with step():
+                with phase("work"):
+                    sum(i * i for i in range(150_000))
+    """))
+    cell = {"cell_id": "t", "workload": "script", "params": {"path": str(script)},
+            "knobs": {"slowdown": FRACTION}, "seed": 0}
+    out = subprocess.run([sys.executable, "-m", "isobench.workloads.worker", json.dumps(cell)],
+                         capture_output=True, text=True, timeout=120)
+    records = json_lines(out.stdout)
+    items = [r for r in records if r["type"] == "item"]
+    assert out.returncode == 0 and len(items) == 10, out.stderr[-2000:]
+    for item in items:
+        assert set(item["phases"]) == {"work", INJECTED}
+        assert item["e2e"] >= item["phases"]["work"] + item["phases"][INJECTED]
+    injected, work = (sum(item["phases"][name] for item in items) for name in (INJECTED, "work"))
+    assert 0.14 < injected / work < 0.3, (injected, work)
+    assert records[-1]["type"] == "done" and records[-1]["slowdown"] == FRACTION
