@@ -119,6 +119,6 @@ case "$cmd" in
   test)
     setup
     cd "$ROOT"
-    exec "$VENV/bin/python" -m pytest -q -rs "$@" ;;
+    exec "$VENV/bin/python" -m pytest -q -rs --durations=25 "$@" ;;
   *) setup; exec "$VENV/bin/isobench" "$cmd" "$@" ;;
 esac

@@ -99,8 +99,13 @@ def test_only_the_engine_reading_the_file_is_reloaded(tmp_path: Path) -> None:
     script.write_text(f"#!/bin/sh\ntrap 'echo hup >> {hups}' HUP\ntouch \"$0.$$.ready\"\n"
                       "while :; do sleep 0.05; done\n")
     script.chmod(0o755)
-    mine = subprocess.Popen([str(script), "--config-file", str(config)], start_new_session=True)
-    bystander = subprocess.Popen([str(script), f"--config-file={other}"], start_new_session=True)
+    # sh cannot trap a signal that was ignored when it started (a suite run under nohup ignores
+    # SIGHUP), so the stand-ins start with SIGHUP at its default.
+    default_hup = lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL)  # noqa: E731
+    mine = subprocess.Popen([str(script), "--config-file", str(config)], start_new_session=True,
+                            preexec_fn=default_hup)
+    bystander = subprocess.Popen([str(script), f"--config-file={other}"], start_new_session=True,
+                                 preexec_fn=default_hup)
     try:
         for ready in (Path(f"{script}.{mine.pid}.ready"), Path(f"{script}.{bystander.pid}.ready")):
             wait_for(ready.exists, 10, "a stand-in engine to start")
