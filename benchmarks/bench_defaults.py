@@ -121,16 +121,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", default="quiet,loaded,script", help="comma-separated: quiet, loaded, script, demo")
     parser.add_argument("--max-minutes", type=float, default=25, help="a part that runs longer is stopped")
+    parser.add_argument("--keep", type=Path, default=None, help="keep each part's results under this directory")
     args = parser.parse_args()
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = set(parts) - set(TARGETS)
     if unknown:
         parser.error(f"unknown part(s) {', '.join(sorted(unknown))}; use {', '.join(TARGETS)}")
     with tempfile.TemporaryDirectory(prefix="bench-defaults-") as tmp:
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         results = []
         for name in parts:
             print(f"running {name} ...", file=sys.stderr, flush=True)
-            results.append(run_part(name, args, Path(tmp)))
+            results.append(run_part(name, args, work))
             print("\n".join(report(results[-1])), flush=True)
     quiet = next((r for r in results if r["part"] == "quiet" and "error" not in r), None)
     loaded = next((r for r in results if r["part"] == "loaded" and "error" not in r), None)
