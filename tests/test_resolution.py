@@ -182,7 +182,7 @@ def _outcome(cell, launched_at: float, measured: tuple[float, float]):
 
 
 def test_leads_hold_back_the_member_that_gets_ready_sooner() -> None:
-    from isobench.runner.tenancy import LEAD_MEMORY, MAX_DELAY_S, Leads, overlap
+    from isobench.runner.duet import LEAD_MEMORY, MAX_DELAY_S, Leads, overlap
 
     study = _load(_study(schedule="duet", repetitions=3, platforms=[{"name": "baremetal"}, {"name": "gvisor"}],
                          workloads=[{"name": "cpu-spin"}, {"name": "syscall-loop"}]))
@@ -260,7 +260,7 @@ def test_a_duet_member_whose_data_is_copied_in_still_gets_its_go(tmp_path: Path)
 
 
 def test_the_start_line_lets_everyone_go_once_all_are_ready_or_gone() -> None:
-    from isobench.runner.tenancy import StartLine
+    from isobench.runner.duet import StartLine
 
     def member() -> tuple[subprocess.Popen, object]:
         proc = subprocess.Popen([sys.executable, "-c", "import sys; print(sys.stdin.readline().strip())"],
@@ -454,7 +454,7 @@ def _percpu(group) -> list[int]:
 
 @pytest.mark.parametrize("period_s", [0.05, 0.0])
 def test_a_duet_pair_trades_cores_so_each_member_runs_on_both(period_s: float) -> None:
-    from isobench.runner.tenancy import CoreTrade
+    from isobench.runner.duet import CoreTrade
 
     cores = host_cpus()[:2]
     groups, procs = _spinning_groups(cores)

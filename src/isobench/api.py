@@ -48,9 +48,17 @@ import time
 TYPE_CHECKING = False  # not typing's: importing typing would cost a user's script ~30 ms
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
+    from typing import Any, Protocol
 
-    from isobench.workloads.channel import CellContext
+    class CellContext(Protocol):
+        """What the API writes to: the cell's record channel (workloads/channel.py's CellContext,
+        which the script workload passes in; named here so this module depends on nothing below)."""
+
+        def setup_value(self, name: str, seconds: float) -> None: ...
+        def metric(self, name: str, value: float, unit: str = "") -> None: ...
+        def start_run(self) -> None: ...
+        def skip_warmup(self) -> None: ...
+        def item(self, phases: dict[str, float], e2e: float) -> None: ...
 
 __all__ = ["metric", "phase", "step"]
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from isobench.hostinfo import cpu_list, host_cpus
 
 if TYPE_CHECKING:
-    from isobench.plan.cells import Cell
+    from isobench.plan.cell import Cell
     from isobench.study.model import Study
 
 #: knobs that choose the cell's cores themselves: the layout leaves such a cell alone (a CPU quota,

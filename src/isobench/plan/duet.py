@@ -6,12 +6,13 @@ the pair's ratio cancels it and the analysis compares pair by pair. Each round h
 every compared group, one pair: that group's cell and a baseline cell of its own (cell id
 ``<baseline group>/<round>/duet-<entry>``). The two cells run on disjoint core sets
 (plan/cores.py) and swap sides every round, so a side's own speed cancels out as well; while
-they run they also trade cores every ``duet_swap_s`` (runner/tenancy.py: ``CoreTrade``), so a
+they run they also trade cores every ``duet_swap_s`` (runner/duet.py: ``CoreTrade``), so a
 core that slows down for a moment slows both.
 
-Pair members carry a ``Cell.duet`` (:class:`~isobench.plan.cells.DuetInfo`: the pair's id,
+Pair members carry a ``Cell.duet`` (:class:`~isobench.plan.cell.DuetInfo`: the pair's id,
 the compared group, the side (0 or 1) and the other member's platform entry); they stay next
-to each other in the plan and start behind one barrier (runner/tenancy.py).
+to each other in the plan and start behind one barrier
+(runner/tenancy.py runs the pair; runner/duet.py lines it up).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from isobench.plan.cell import Cell, DuetInfo, closest_by_knobs
+
 if TYPE_CHECKING:
-    from isobench.plan.cells import Cell
     from isobench.study.model import Study
 
 
@@ -34,15 +36,11 @@ def _round_tag(cell: Cell) -> str:
 
 
 def _baseline_for(cell: Cell, baselines: list[Cell]) -> Cell | None:
-    from isobench.plan.cells import closest_by_knobs
-
     return closest_by_knobs(cell.knobs, [b for b in baselines if _variant(b) == _variant(cell)])
 
 
 def pair_for_duet(study: Study, cells: list[Cell]) -> list[Cell]:
     """Replace each round's cells by baseline/compared pairs (plan order kept, seq renumbered)."""
-    from isobench.plan.cells import DuetInfo
-
     baseline = study.baseline
     rounds: dict[str, list[Cell]] = {}
     for cell in cells:

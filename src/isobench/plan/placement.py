@@ -27,7 +27,7 @@ from isobench.errors import UserError
 from isobench.hostinfo import host_cpus, numa_nodes
 
 if TYPE_CHECKING:
-    from isobench.plan.cells import Cell
+    from isobench.plan.cell import Cell
     from isobench.study.model import Knobs
 
 # ISOBENCH_SYSFS_ROOT (test/advanced hook): read and write cpufreq under another root, e.g. a

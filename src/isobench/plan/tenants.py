@@ -4,7 +4,7 @@
 group of N cells with the same workload; ``tenants: [a, b, b]`` (workload keys) makes one
 group per round of one cell per listed workload (mixed tenants). Members get the id of
 the cell they replace plus ``/t<i>`` and carry a ``Cell.tenant``
-(:class:`~isobench.plan.cells.TenantInfo`: index, count, group); they stay next to each other
+(:class:`~isobench.plan.cell.TenantInfo`: index, count, group); they stay next to each other
 in the plan, so the runner can start them together and store them in one transaction.
 """
 
@@ -15,8 +15,9 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from isobench.plan.cell import Cell, TenantInfo
+
 if TYPE_CHECKING:
-    from isobench.plan.cells import Cell
     from isobench.study.model import PlatformEntry, Study
 
 MAX_TENANTS = 64
@@ -52,8 +53,6 @@ def _knob_digest(cell: Cell) -> str:
 
 
 def _member(cell: Cell, index: int, count: int, group: str) -> Cell:
-    from isobench.plan.cells import TenantInfo
-
     return replace(cell, cell_id=f"{cell.cell_id}/t{index}",
                    tenant=TenantInfo(index, count, group))
 

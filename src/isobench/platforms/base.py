@@ -58,7 +58,7 @@ class Platform(ABC):
     #: rough seconds from launch to the worker's first record, for `isobench plan`
     startup_estimate_s: ClassVar[float] = 0.3
     #: the launcher's stdin reaches the worker, so a duet member can wait at the start line
-    #: (runner/tenancy.py) until its partner is ready too
+    #: (runner/duet.py) until its partner is ready too
     start_line: ClassVar[bool] = False
 
     def __init__(self, entry: PlatformEntry) -> None:

@@ -51,7 +51,7 @@ class CellOutcome:
     #: what else ran on the cell's cores over its measured window (runner/interference.py)
     interference: dict[str, Any] = field(default_factory=dict)
     #: runner's monotonic clock: the launch, and the measured window (the worker's run_start and
-    #: done records); a duet's members are aligned and checked on it (runner/tenancy.py)
+    #: done records); a duet's members are aligned and checked on it (runner/duet.py)
     launched_at: float | None = None
     measured: tuple[float, float] | None = None
 

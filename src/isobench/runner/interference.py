@@ -157,7 +157,7 @@ def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
 
 
 #: a trading pair's members must have measured at once for at least this share of the longer window
-#: (runner/tenancy.py ``overlap``): else each saw other moments, and a passing disturbance may have hit one
+#: (runner/duet.py ``overlap``): else each saw other moments, and a passing disturbance may have hit one
 MIN_SHARED_OVERLAP = 0.5
 SHARED_REASON = "shared by both members of a trading pair: cancelled by the pairing"
 

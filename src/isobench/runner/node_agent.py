@@ -19,9 +19,9 @@ from typing import Any
 from isobench.hostinfo import host_cpus
 from isobench.plan.cells import Cell
 from isobench.plan.cores import assign_cores, core_layout
+from isobench.runner.duet import Leads
 from isobench.runner.nodes import HOST_LABEL, safe_host_key
 from isobench.runner.setup import prepare_data, sweep_for, tidy_up, unavailable_knobs
-from isobench.runner.tenancy import Leads
 
 
 def _cached_kvm() -> str:

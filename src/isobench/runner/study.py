@@ -21,6 +21,7 @@ from isobench.platforms import PLATFORMS, Platform
 from isobench.platforms.artifact_dirs import artifacts_dir_for
 from isobench.report.plaintext import Markup, markup
 from isobench.runner.adaptive import cells_to_run, rerun_fits, time_split
+from isobench.runner.duet import Leads
 from isobench.runner.execute import CellOutcome
 from isobench.runner.harness import harness_on_its_cores
 from isobench.runner.hostknobs import applied_host_knobs
@@ -36,7 +37,7 @@ from isobench.runner.setup import (
     tidy_up,
     unavailable_knobs,
 )
-from isobench.runner.tenancy import Leads, run_group, tenant_batches
+from isobench.runner.tenancy import run_group, tenant_batches
 from isobench.store import Store
 from isobench.study.model import Study
 
