@@ -137,6 +137,10 @@ KINDS: dict[str, Kind] = {
                              write=lambda key, value: _write_file(Path(key) / "dirty_background_bytes",
                                                                   str(value)),
                              restore=_restore_dirty_background, combine=min),
+    # vm.dirty_expire_centisecs lowered (probes/tracefs.py): the flusher's periodic timer
+    "dirty_expire": Kind(read=lambda key: Path(key).read_text().strip(),
+                         write=lambda key, value: _write_file(Path(key), str(value)),
+                         combine=lambda values: min(values, key=int)),
     "nvpmodel": Kind(read=_read_nvpmodel, write=_write_nvpmodel),
     # the container engine's daemons kept off the cells' cores (runner/harness.py)
     "affinity": Kind(read=_read_affinity, write=_write_affinity),

@@ -25,6 +25,7 @@ from isobench.probes.tracefs import (
     DEFAULT_TRACE_BYTES,
     CellTrace,
     DirtyBackgroundKnob,
+    DirtyExpireKnob,
     missing_events,
     sweep_stale,
     tracefs_problem,
@@ -53,6 +54,9 @@ class FtraceSettings(ProbeSettings):
     dirty_background_bytes: int | None = Field(
         None, ge=4096, description="lower vm.dirty_background_bytes for the cell (restored afterwards), "
                                    "so background write-backs happen on a large-memory host")
+    dirty_expire_s: float | None = Field(
+        None, ge=0.01, le=3600, description="lower vm.dirty_expire_centisecs for the cell (restored afterwards): "
+                                            "dirty pages this old go out as periodic write-backs (default 30 s)")
     sample_interval_s: float = Field(0.2, gt=0, le=10, description="how often the cell's tasks are listed")
     large_buffer: bool = Field(False, description=f"allow buffer_kb above {BUFFER_KB_CAP} KiB per CPU")
     max_trace_mb: int = Field(DEFAULT_TRACE_BYTES >> 20, ge=1, le=1 << 20,
@@ -76,7 +80,7 @@ class FtraceProbe(Probe):
         super().__init__(settings)
         self.settings: FtraceSettings = settings  # type: ignore[assignment]
         self.trace: CellTrace | None = None
-        self.knob: DirtyBackgroundKnob | None = None
+        self.knobs: list[DirtyBackgroundKnob] = []
 
     @classmethod
     def check(cls) -> ProbeCheck:
@@ -95,8 +99,15 @@ class FtraceProbe(Probe):
         self.trace = CellTrace("ft", [e for e in host if e not in missing], [e for e in cell if e not in missing],
                                s.buffer_kb, s.sample_interval_s, max_bytes=s.max_trace_mb << 20)
         if s.dirty_background_bytes:
-            self.knob = DirtyBackgroundKnob(s.dirty_background_bytes)
-            self.knob.apply()
+            self.knobs.append(DirtyBackgroundKnob(s.dirty_background_bytes))
+        if s.dirty_expire_s:
+            self.knobs.append(DirtyExpireKnob(s.dirty_expire_s))
+        try:
+            for knob in self.knobs:
+                knob.apply()
+        except BaseException:
+            self.abort()
+            raise
         try:
             self.trace.start(target)
         except BaseException:
@@ -107,8 +118,8 @@ class FtraceProbe(Probe):
         assert self.trace is not None
         trace = self.trace
         trace.stop()
-        if self.knob:
-            self.knob.restore()
+        for knob in self.knobs:
+            knob.restore()
         try:
             host = parse_file(str(trace.host.trace_file)) if trace.host else None
             cell = parse_file(str(trace.cell.trace_file)) if trace.cell else None
@@ -129,8 +140,8 @@ class FtraceProbe(Probe):
     def abort(self) -> None:
         if self.trace is not None:
             self.trace.abort()
-        if self.knob is not None:
-            self.knob.restore()
+        for knob in self.knobs:
+            knob.restore()
 
     @classmethod
     def sweep_stale(cls) -> list[str]:
