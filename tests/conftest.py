@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,29 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ISOBENCH = [sys.executable, "-m", "isobench.cli"]
+
+
+def wait_perf_attached(pid: int, timeout: float = 30) -> None:
+    """Until ``perf`` process ``pid`` has a counter open: on a loaded host a fixed sleep was not
+    always long enough, and a counter opened late misses what the test counts."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[perf_event]"
+                   for fd in os.listdir(f"/proc/{pid}/fd")):
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"perf {pid} opened no counter in {timeout} s")
+
+
+def default_interrupts() -> None:
+    """``preexec_fn`` for a runner that a test interrupts: SIGINT and SIGHUP at their defaults. A
+    suite started in the background by a non-interactive shell inherits SIGINT ignored (under
+    nohup, SIGHUP too), and a process that starts with SIGINT ignored never sees the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 900,

@@ -15,7 +15,15 @@ import pytest
 from isobench.liveness import boot_id
 from isobench.plan import expand
 from isobench.studyfile import load_study
-from tests.conftest import need_docker, need_root, need_tool, run_cli, wait_for, write_study
+from tests.conftest import (
+    default_interrupts,
+    need_docker,
+    need_root,
+    need_tool,
+    run_cli,
+    wait_for,
+    write_study,
+)
 from tests.leftovers import all_leftovers, containers, oci_state
 
 
@@ -33,7 +41,7 @@ def _finished(store: Path) -> list[str]:
 
 def _start(study: Path, out: Path, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "isobench.cli", "run", str(study), "--out", str(out), *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=default_interrupts)
 
 
 def test_kill_9_then_resume_has_no_gaps_and_no_duplicates(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ISOBENCH, need_root, run_cli, write_study
+from tests.conftest import ISOBENCH, default_interrupts, need_root, run_cli, wait_perf_attached, write_study
 
 VM = Path("/proc/sys/vm")
 
@@ -64,17 +64,18 @@ def series(out: Path, probe: str, name: str) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def writer_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """fsync'ed checkpoints, and dirty pages left for the flusher past dirty_expire (one ~40 s cell)."""
+    """fsync'ed checkpoints, and dirty pages left for the flusher past dirty_expire, lowered to 2 s
+    for the study (the flusher wakes every 5 s, so they go out within 7 s, not the default 30-35)."""
     need_tracefs()
     tmp = tmp_path_factory.mktemp("ftrace")
     study = write_study(tmp / "study.yaml", {
         "name": "ftrace-writer",
         "workloads": [{"name": "file-writer", "label": "fsync", "params": {"rounds": 6, "file_kb": 512, "delay_s": 1}},
                       {"name": "file-writer", "label": "nofsync",
-                       "params": {"rounds": 1, "file_kb": 64, "fsync": False, "wait_s": 38, "delay_s": 1}}],
+                       "params": {"rounds": 1, "file_kb": 64, "fsync": False, "wait_s": 9, "delay_s": 1}}],
         "platforms": [{"name": "baremetal"}],
         "repetitions": 1, "warmup": 0, "timeout_s": 120,
-        "probes": {"ftrace": {}, "syscalls": {}, "pagefaults": {}}})
+        "probes": {"ftrace": {"dirty_expire_s": 2}, "syscalls": {}, "pagefaults": {}}})
     run_cli("run", str(study), "--out", str(tmp / "out"), check=True, timeout=300)
     return tmp / "out"
 
@@ -191,14 +192,15 @@ def test_ctrl_c_mid_trace_leaves_tracing_and_sysctls_as_they_were(tmp_path: Path
     need_tracefs()
     need_knob_free()
     before = instances()
-    sysctl = (VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text()
+    sysctl = ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text(),
+              (VM / "dirty_expire_centisecs").read_text())
     study = write_study(tmp_path / "study.yaml", {
         "name": "ftrace-interrupt",
         "workloads": [{"name": "file-writer", "params": {"rounds": 1, "wait_s": 60}}],
         "platforms": [{"name": "baremetal"}], "repetitions": 1, "warmup": 0,
-        "probes": {"ftrace": {"dirty_background_bytes": 64 << 20}, "syscalls": {}}})
+        "probes": {"ftrace": {"dirty_background_bytes": 64 << 20, "dirty_expire_s": 3}, "syscalls": {}}})
     runner = subprocess.Popen([*ISOBENCH, "run", str(study), "--out", str(tmp_path / "out")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=default_interrupts)
     mine = f"isobench-{runner.pid}-"
     try:
         deadline = time.monotonic() + 120
@@ -206,6 +208,7 @@ def test_ctrl_c_mid_trace_leaves_tracing_and_sysctls_as_they_were(tmp_path: Path
             assert runner.poll() is None and time.monotonic() < deadline, "the trace never started"
             time.sleep(0.2)
         assert (VM / "dirty_background_bytes").read_text().strip() == str(64 << 20)
+        assert (VM / "dirty_expire_centisecs").read_text().strip() == "300"
         time.sleep(1)
         runner.send_signal(signal.SIGINT)
         runner.wait(timeout=60)
@@ -214,16 +217,18 @@ def test_ctrl_c_mid_trace_leaves_tracing_and_sysctls_as_they_were(tmp_path: Path
             runner.kill()
     assert not any(name.startswith(mine) for name in instances())
     assert not {name for name in instances() - before if name.startswith(mine)}
-    assert ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text()) == sysctl
+    assert ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text(),
+            (VM / "dirty_expire_centisecs").read_text()) == sysctl
     assert not list(Path("/dev/shm").glob(f"{mine}*"))
 
 
 def test_a_killed_runners_instance_reader_and_sysctl_are_swept() -> None:
     need_tracefs()
     need_knob_free()
-    sysctl = (VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text()
-    code = ("import time\nfrom isobench.probes.tracefs import TraceInstance, DirtyBackgroundKnob\n"
-            "DirtyBackgroundKnob(32 << 20).apply()\n"
+    sysctl = ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text(),
+              (VM / "dirty_expire_centisecs").read_text())
+    code = ("import time\nfrom isobench.probes.tracefs import TraceInstance, DirtyBackgroundKnob, DirtyExpireKnob\n"
+            "DirtyBackgroundKnob(32 << 20).apply(); DirtyExpireKnob(4).apply()\n"
             "i = TraceInstance('stale', ['writeback/writeback_start'], 256); i.start()\n"
             "print(i.name, i.reader.pid, flush=True); time.sleep(600)\n")
     victim = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -233,11 +238,13 @@ def test_a_killed_runners_instance_reader_and_sysctl_are_swept() -> None:
     from isobench.probes.tracefs import sweep_stale
 
     assert name in instances()
+    assert (VM / "dirty_expire_centisecs").read_text().strip() == "400"  # the dead runner's, until swept
     removed = sweep_stale()
     assert any(name in entry for entry in removed)
     assert name not in instances()
     assert not Path(f"/proc/{reader}").exists() or b"trace_pipe" not in Path(f"/proc/{reader}/cmdline").read_bytes()
-    assert ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text()) == sysctl
+    assert ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text(),
+            (VM / "dirty_expire_centisecs").read_text()) == sysctl
 
 
 def _waiting_child(code: str) -> subprocess.Popen[str]:
@@ -259,7 +266,8 @@ def test_page_faults_agree_with_perf_stat_for_the_same_process() -> None:
         probe.start(ProbeTarget("baremetal", child.pid))
         perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "page-faults", "-p", str(child.pid)],
                                 stderr=subprocess.PIPE, text=True)
-        time.sleep(1.0)  # perf attaches
+        wait_perf_attached(perf.pid)
+        time.sleep(0.2)  # and enabled
         child.communicate("\n", timeout=60)
         _, report = perf.communicate(timeout=60)
         result = probe.stop()

@@ -19,7 +19,7 @@ from isobench.platforms.cgroups import CellCgroup
 from isobench.runner.execute import platform_for, run_cell
 from isobench.studyfile import load_study_text
 from isobench.target import ProbeTarget
-from tests.conftest import need_docker, need_root, need_tool, run_cli, write_study
+from tests.conftest import need_docker, need_root, need_tool, run_cli, wait_perf_attached, write_study
 
 TINY = {"iterations": 3, "work": 20000}
 
@@ -162,7 +162,7 @@ def test_perf_page_faults_agree_with_an_independent_perf_stat(scope: str) -> Non
         independent = subprocess.Popen(["perf", "stat", "-x,", "-e", "page-faults", "-p", str(child.pid)],
                                        stderr=subprocess.PIPE, text=True)
         for perf in (probe.runs["cell"], independent):  # both perf processes have their counters open
-            _wait_attached(perf.pid)
+            wait_perf_attached(perf.pid)
         time.sleep(0.2)  # and enabled
         child.stdin.write("go\n")
         child.stdin.flush()
@@ -184,19 +184,6 @@ def test_perf_page_faults_agree_with_an_independent_perf_stat(scope: str) -> Non
     assert counted == pytest.approx(reference, rel=0.05, abs=100)
     assert counted >= touched
     assert not _our_perf_children()
-
-
-def _wait_attached(pid: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[perf_event]"
-                   for fd in os.listdir(f"/proc/{pid}/fd")):
-                return
-        except OSError:
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"perf {pid} opened no counter in {timeout} s")
 
 
 def test_perf_separates_container_engine_and_host() -> None:

@@ -117,12 +117,14 @@ def tidy_up() -> None:
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Make SIGTERM (and SIGHUP) unwind like Ctrl-C, so every cleanup path runs."""
+    """Make SIGTERM (and SIGHUP) unwind like Ctrl-C, so every cleanup path runs. A SIGHUP that
+    arrives ignored (``nohup isobench run``) stays ignored: the user asked to outlive the terminal."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    wanted = [signal.SIGTERM] + ([signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else [])
+    previous = {sig: signal.signal(sig, handler) for sig in wanted}
     try:
         yield
     finally:
