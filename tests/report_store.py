@@ -104,8 +104,9 @@ def probe_outcome(key: str, rep: int) -> ProbeOutcome:
 
 
 def build(directory: Path, host: dict[str, Any] | None = None, study_text: str = STUDY,
-          scale: float | dict[str, float] = 1.0) -> Path:
-    """``scale``: every phase times this; a dict scales each workload (by key) on its own."""
+          scale: float | dict[str, float | list[float]] = 1.0) -> Path:
+    """``scale``: every phase times this; a dict scales each workload (by key) on its own, a list
+    by repetition (a workload's own noise)."""
     study = load_study_text(study_text, "known.yaml", check_host=False)
     host = host or {"governor": "powersave", "turbo": True, "cores": 2, "loadavg_at_start": [0.1, 0.1, 0.1],
                     "cpu_model": "test CPU", "kernel": "6.1.0-test"}
@@ -114,6 +115,8 @@ def build(directory: Path, host: dict[str, Any] | None = None, study_text: str =
     for cell in expand(study):
         offset = keys.index(cell.platform_key)
         factor = scale.get(cell.workload_key, 1.0) if isinstance(scale, dict) else scale
+        if isinstance(factor, list):
+            factor = factor[cell.rep % len(factor)]
         phases = {k: v * factor for k, v in phases_for(cell.platform_key, cell.rep, offset).items()}
         items = [{"i": i, "e2e": sum(phases.values()), "phases": phases} for i in range(4)]
         outcome = CellOutcome(cell=cell, status="ok", exit_code=0, error=None, stderr_tail="", started_at=0.0,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from isobench.analysis.finding_spec import PAPERS, load_findings, parse_findings
-from isobench.analysis.findings import FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, evaluate
+from isobench.analysis.findings import DESIGN_UNTESTABLE, FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, evaluate
 from isobench.errors import UserError
 from isobench.replicate.capabilities import missing_capabilities
 from tests import report_store
@@ -95,22 +95,30 @@ def test_equivalence_and_value_and_difference_rules(known: Path) -> None:
       - {what: optimizer on par, workload: lenet-train, platform: docker, metric: phase.optimizer, expect: "within 0.03"}
 """)
     assert outside.verdict == FAILS
-    # throttled periods / periods: 0.3 in every docker cell
+    # involuntary switches per period: (5000 + 7 × repetition) / 1000 in the docker cells
     share = run(known, """
+      - {what: switches per period, kind: value, workload: lenet-train, platform: docker,
+         metric: probe.proc.ctx_involuntary, per: probe.cgroup.nr_periods, expect: "> 4.5"}
+""")
+    assert share.verdict == HOLDS and share.checks[0].estimate == pytest.approx(5.0175)
+    # throttled periods / periods: 0.3 in every docker cell, a fixed outcome (issue 24: no evidence)
+    fixed = run(known, """
       - {what: throttled share, kind: value, workload: lenet-train, platform: docker,
          metric: probe.cgroup.nr_throttled, per: probe.cgroup.nr_periods, expect: "> 0.25"}
 """)
-    assert share.verdict == HOLDS and share.checks[0].estimate == pytest.approx(0.3)
+    assert fixed.verdict == DESIGN_UNTESTABLE and fixed.checks[0].estimate == pytest.approx(0.3)
     cycles = run(known, """
       - {what: extra cycles, kind: difference, workload: lenet-train, platform: docker,
          metric: probe.perf.cell.cycles, expect: "< 1.0e8", scale: 1.0e-9, unit: G}
 """)
     assert cycles.verdict == FAILS and cycles.checks[0].estimate == pytest.approx(0.5e9, rel=0.05)
-    # identical counts on both sides (an interval of zero width at exactly 1) contradict "more than 1"
+    # identical counts on both sides (an interval of zero width at exactly 1) are a fixed outcome:
+    # no evidence against "more than 1" (issue 24; it used to read "does not hold")
     same = run(known, """
       - {what: periods, workload: lenet-train, platform: docker, metric: probe.cgroup.nr_periods, expect: "> 1.0"}
 """)
-    assert same.checks[0].ci_low == same.checks[0].ci_high == pytest.approx(1.0) and same.verdict == FAILS
+    assert same.checks[0].ci_low == same.checks[0].ci_high == pytest.approx(1.0)
+    assert same.verdict == DESIGN_UNTESTABLE and "the outcome is fixed" in same.reason
 
 
 def test_what_cannot_be_tested_says_why(known: Path) -> None:
@@ -149,7 +157,9 @@ def test_a_check_can_compare_two_workloads_on_one_platform(tmp_path: Path) -> No
   - {name: lenet-train, label: cpu, params: {steps: 10, batch_size: 8}}
   - {name: lenet-train, label: gpu, params: {steps: 10, batch_size: 9}}
 """)
-    directory = report_store.build(tmp_path / "two", study_text=two, scale={"cpu": 6.0, "gpu": 1.0})
+    # the "cpu" workload with its own noise, so that its ratio to "gpu" is no fixed outcome
+    jitter = [6.0 * x for x in (1.0, 1.01, 0.99, 1.004, 0.996, 1.0)]
+    directory = report_store.build(tmp_path / "two", study_text=two, scale={"cpu": jitter, "gpu": 1.0})
     paper = parse_findings(spec("""
       - {what: forward CPU / GPU, workload: cpu, against_workload: gpu, platform: baremetal,
          metric: phase.forward, expect: "> 5.0"}
@@ -159,13 +169,14 @@ def test_a_check_can_compare_two_workloads_on_one_platform(tmp_path: Path) -> No
 """), "t.yaml")
     result = evaluate(paper, {"known": directory}, {})[0]
     forward, ratio = result.checks
-    assert forward.estimate == pytest.approx(6.0) and forward.verdict == HOLDS
+    assert forward.estimate == pytest.approx(6.0, rel=0.01) and forward.verdict == HOLDS
     assert ratio.estimate == pytest.approx(1.0) and result.verdict == HOLDS
     # without against_workload the same check compares the workload with itself on the baseline
     same = evaluate(parse_findings(spec("""
       - {what: forward, workload: cpu, platform: baremetal, metric: phase.forward, expect: "> 5.0"}
 """), "t.yaml"), {"known": directory}, {})[0]
-    assert same.checks[0].estimate == pytest.approx(1.0) and same.verdict == FAILS
+    # (one group against itself: a fixed outcome, no evidence either way)
+    assert same.checks[0].estimate == pytest.approx(1.0) and same.verdict == DESIGN_UNTESTABLE
 
 
 def test_a_study_this_host_cannot_run_is_skipped_and_says_why() -> None:

@@ -63,6 +63,8 @@ def test_records_arrive_and_knobs_apply(variant: str) -> None:
     if variant in ("gvisor", "oci-runsc"):
         # gVisor's /proc is its own: the limits are applied to the sandbox on the host.
         assert inside["in_pid_namespace"]
+        # the runsc platform the sandbox ran on (a cited syscall figure depends on it)
+        assert outcome.platform_info["runsc_platform"] in ("ptrace", "systrap", "kvm")
         if variant == "gvisor":
             applied = outcome.platform_info["applied"]
             assert applied["nano_cpus"] == 500_000_000

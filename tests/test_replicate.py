@@ -14,7 +14,8 @@ from isobench.replicate.run import unrunnable
 from isobench.schema import finding_record
 from tests.conftest import need_docker, need_root, run_cli
 
-VERDICTS = {"holds", "does not hold", "inconclusive", "cannot be tested here"}
+VERDICTS = {"holds", "does not hold", "inconclusive", "cannot be tested here", "not testable by this design",
+            "not reproduced in this setting"}
 
 
 @pytest.mark.parametrize("paper", ["prashanthi-2023", "samani-salehi", "siddaramanna-john", "park-bahn-2023"])

@@ -108,17 +108,26 @@ def summary_schema() -> dict[str, Any]:
                 finding_record()]}}
 
 
+#: a finding's and a check's verdicts (analysis/finding_power.py)
+_FINDING_VERDICTS = ["holds", "does not hold", "inconclusive", "cannot be tested here", "not testable by this design",
+                     "not reproduced in this setting"]
+
+
 def finding_record() -> dict[str, Any]:
     """A replication study's finding, tested on this store (analysis/findings.py); `summary --json` of a
     built-in replication study and `isobench replicate --json` print these."""
     check = _record("check", "One rule of the finding.", {
         "what": _described(_STRING, "what the rule compares"),
-        "verdict": {"enum": ["holds", "does not hold", "inconclusive", "cannot be tested here"]},
+        "verdict": {"enum": _FINDING_VERDICTS},
         "shown": _described(_STRING, "the estimate with its 95% interval, as shown"),
         "reason": _described(_STRING, "why the verdict is what it is"),
         "repetitions_needed": {"type": ["integer", "null"]},
         "estimate": _OPTIONAL_NUMBER, "ci_low": _OPTIONAL_NUMBER, "ci_high": _OPTIONAL_NUMBER,
-        "n": {"type": "integer"}})
+        "n": {"type": "integer"},
+        "mde": _described(_OPTIONAL_NUMBER, "the smallest effect the design could detect (two-sided 5%, 80% power): "
+                          "a ratio for ratio checks (1.014 = 1.4%), else an amount in the metric's unit"),
+        "aa": _described(_STRING, "a ratio check's A/A (its reference against its twin), or 'no A/A in this "
+                         "study'; empty for other checks")})
     fields = {
         "type": {"const": "finding"},
         "paper": _described(_STRING, "the paper (park-bahn-2023, prashanthi-2023, samani-salehi, siddaramanna-john)"),
@@ -126,12 +135,19 @@ def finding_record() -> dict[str, Any]:
         "source": _described(_STRING, "where the paper (or the literature) states it"),
         "claim": _STRING, "paper_figure": _described(_STRING, "the paper's own figure"),
         "origin": {"enum": ["paper", "literature"]},
-        "verdict": {"enum": ["holds", "does not hold", "inconclusive", "cannot be tested here"]},
+        "verdict": {"enum": _FINDING_VERDICTS},
         "verdict_words": _described(_STRING, "the verdict as the table words it"),
         "here": _described(_STRING, "this host's estimates with their 95% intervals"),
         "reason": _STRING,
         "repetitions_needed": {"type": ["integer", "null"]},
         "checks": {"type": "array", "items": check},
+        "words": _described(_STRING, "the verdict's own sentence where it has one (not reproduced in this setting)"),
+        "rule_written": _described(_STRING, "the date the finding's rule was last written (YYYY-MM-DD)"),
+        "rule_hash": _described(_STRING, "12 hex characters of sha256 over what decides the verdict"),
+        "changed_after_data": _described({"type": "boolean"}, "the rule differs from the one recorded with the data"),
+        "change_reason": _described(_STRING, "why it changed (its latest revision), when it did"),
+        "rule_hash_before": _described(_STRING, "the hash of the rule recorded with the data, when it changed"),
+        "verdict_before": _described({"type": ["string", "null"]}, "the recorded rule's verdict on the same data"),
     }
     return _record("finding", "A paper's finding re-tested on this host's results.", fields)
 

@@ -12,6 +12,8 @@ Each built-in replication has a file ``studies/findings/<paper>.yaml`` beside it
         source: "Prashanthi 5.1.1"
         claim: "lightweight training suffers most in a container"
         paper: "compute +53.7% LeNet, +16.3% MobileNet, +7.3% ResNet"
+        written: 2026-11-24             # when the rule was last written (required of the built-ins)
+        revisions: []                   # each later change: {date, reason}
         checks:
           - what: "LeNet compute, Docker vs bare metal"
             kind: ratio
@@ -23,11 +25,14 @@ Each built-in replication has a file ``studies/findings/<paper>.yaml`` beside it
 A finding holds when every check it can test holds, does not hold when one resolves the
 other way, and is inconclusive otherwise; checks that need what the host lacks (``needs``)
 are reported as such, and a finding none of whose checks can run here "cannot be tested".
+A check's ``effect`` (the paper's, on the check's scale), ``design_limit`` and a finding's
+``setting`` decide when "does not hold" is what the design can say (analysis/finding_power.py).
 ``analysis/findings.py`` evaluates the rules; nothing about a paper is hidden in code.
 """
 
 from __future__ import annotations
 
+import datetime
 import re
 from importlib import resources
 from typing import Literal
@@ -42,7 +47,8 @@ CAPABILITIES = ("gpu", "kvm", "perf-hardware", "rapl", "ftrace", "docker", "gvis
 
 KINDS = ("ratio", "ratio_of_ratios", "value", "difference", "largest", "nvmsim")
 
-_EXPECT = re.compile(r"^\s*(?:(>|<)\s*(-?[0-9.eE+-]+)|within\s+([0-9.]+))\s*$")
+_EXPECT = re.compile(r"^\s*(?:(>|<)\s*(-?[0-9.eE+-]+)|within\s+([0-9.]+)"
+                     r"|between\s+(-?[0-9.eE+-]+)\s+and\s+(-?[0-9.eE+-]+))\s*$")
 
 
 def _known_capabilities(value: list[str]) -> list[str]:
@@ -53,23 +59,33 @@ def _known_capabilities(value: list[str]) -> list[str]:
 
 
 class Expectation(BaseModel):
-    """``> x``, ``< x`` or ``within m`` (a ratio inside [1/(1+m), 1+m])."""
+    """``> x``, ``< x``, ``within m`` (a ratio inside [1/(1+m), 1+m]) or ``between a and b``
+    (a two-sided band around a cited figure: the interval must lie inside [a, b])."""
 
-    op: Literal[">", "<", "within"]
+    op: Literal[">", "<", "within", "between"]
     value: float
+    #: between: the band's upper end (``value`` is its lower end)
+    upper: float | None = None
 
     @classmethod
     def parse(cls, text: str) -> Expectation:
         match = _EXPECT.match(text)
         if not match:
-            raise ValueError(f"expect {text!r} is not '> X', '< X' or 'within M'")
+            raise ValueError(f"expect {text!r} is not '> X', '< X', 'within M' or 'between A and B'")
         if match.group(3) is not None:
             return cls(op="within", value=float(match.group(3)))
+        if match.group(4) is not None:
+            low, high = float(match.group(4)), float(match.group(5))
+            if not low < high:
+                raise ValueError(f"expect {text!r}: the band's lower end must be below its upper end")
+            return cls(op="between", value=low, upper=high)
         return cls(op=match.group(1), value=float(match.group(2)))  # type: ignore[arg-type]
 
     def describe(self, percent: bool = False) -> str:
         if self.op == "within":
             return f"within ±{self.value:.0%}"
+        if self.op == "between":
+            return f"between {self.value:g} and {self.upper:g}"
         return f"{self.op} {self.value:g}"
 
 
@@ -110,6 +126,11 @@ class Check(Side):
     nvm: str = "pcm"
     slow: str = "hdd"
     capacity_mib: float = 16.0
+    #: the paper's effect on this check's scale (a ratio: 1.537 for +53.7%): "does not hold" then
+    #: needs the design to have been able to see it (analysis/finding_power.py)
+    effect: float | None = None
+    #: a limit of the design no statistic sees: a "does not hold" reads "not testable by this design"
+    design_limit: str = ""
 
     # the workload/platform of a check that needs no study (only `needs`) may be left out
     workload: str = ""
@@ -126,9 +147,33 @@ class Check(Side):
     def _needs(cls, value: list[str]) -> list[str]:
         return _known_capabilities(value)
 
+    @model_validator(mode="after")
+    def _effect(self) -> Check:
+        if self.effect is not None and self.kind in ("ratio", "ratio_of_ratios") and self.effect <= 0:
+            raise ValueError(f"effect {self.effect:g} of a ratio must be positive (1.5 for +50%)")
+        return self
+
     @property
     def expectation(self) -> Expectation:
         return Expectation.parse(self.expect)
+
+
+class Setting(BaseModel):
+    """Where the paper measured and where this host measures, when they differ (GPU and CPU)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    paper: str
+    here: str
+
+
+class Revision(BaseModel):
+    """A change to a finding's rule made after one of its studies had been run, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    date: datetime.date
+    reason: str
 
 
 class Finding(BaseModel):
@@ -145,6 +190,18 @@ class Finding(BaseModel):
     checks: list[Check] = Field(default_factory=list)
     #: why the rule is what it is (shown in docs/replication.md)
     rule: str = ""
+    #: the date the rule (its text and checks) was last written; required of the built-ins, so a
+    #: reader can tell a rule written before the data from one written after (finding_rules.py)
+    written: datetime.date | None = None
+    #: each change made after a study had been run: when, and why
+    revisions: list[Revision] = Field(default_factory=list)
+    #: the runsc platform (ptrace, systrap, kvm) the cited figure was measured on: the result
+    #: names the platform this host's gVisor cells ran on, and says when it differs
+    runsc_platform: Literal["ptrace", "systrap", "kvm"] | None = None
+    #: a limit of the design for every check (see Check.design_limit)
+    design_limit: str = ""
+    #: the paper's setting, where this host tests another: a "does not hold" reads "not reproduced"
+    setting: Setting | None = None
 
 
 class PaperFindings(BaseModel):
@@ -177,7 +234,13 @@ def load_findings(paper: str) -> PaperFindings:
         raise UserError(f"unknown paper {paper!r}", field="PAPER", fix=f"use one of {', '.join(PAPERS)} or all")
     name = f"findings/{paper}.yaml"
     text = resources.files("isobench.studies").joinpath(name).read_text()
-    return parse_findings(text, name)
+    parsed = parse_findings(text, name)
+    for index, finding in enumerate(parsed.findings):
+        if finding.written is None:
+            raise UserError(f"finding {finding.id} does not say when its rule was written", file=name,
+                            field=f"findings.{index}.written",
+                            fix="add `written: YYYY-MM-DD`, the date its rule and checks were last changed")
+    return parsed
 
 
 def parse_findings(text: str, source: str) -> PaperFindings:

@@ -6,14 +6,17 @@ interval against the check's expectation:
 * ``> x``: holds when the interval lies above x, does not hold when it lies below;
 * ``< x``: the mirror image;
 * ``within m``: holds when the interval lies inside [1/(1+m), 1+m], does not hold when it lies
-  wholly outside;
+  wholly outside; ``between a and b`` likewise with [a, b] (a band around a cited figure);
 * anything else is inconclusive, with the repetitions per side at which the interval,
   shrinking as 1/sqrt(n), would clear the threshold;
 * a check needing what the host lacks (a GPU, KVM, hardware counters, ...), or whose metric
   the store does not hold, cannot be tested here, and says why.
+* a fixed outcome, or a "does not hold" the design could not have seen (the paper's effect below
+  its power, or a ``design_limit``), is not testable by this design (analysis/finding_power.py).
 
 Ratios come from the same blocked estimate (duet pairs, rounds) as every comparison of the
-report; values and differences use a t interval over cells.
+report; values and differences use a t interval over cells, a tenant group's members averaged
+per round first (analysis/tenant_rounds.py: they share the flusher, so n counts rounds).
 """
 
 from __future__ import annotations
@@ -27,14 +30,21 @@ from typing import Any
 
 from scipy import stats as sps
 
+from isobench.analysis import finding_power as power
 from isobench.analysis.blocked import Point, estimate
 from isobench.analysis.compare import Group, load_groups
+from isobench.analysis.finding_aa import aa_twin
+from isobench.analysis.finding_format import fmt_ratio as _fmt_ratio
+from isobench.analysis.finding_format import fmt_value as _fmt_value
+from isobench.analysis.finding_power import DESIGN_UNTESTABLE, FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE
+from isobench.analysis.finding_provenance import annotate
 from isobench.analysis.finding_spec import Check, Expectation, Finding, PaperFindings, Side
 from isobench.analysis.stats import RatioEstimate
+from isobench.analysis.tenant_rounds import tenant_means
 from isobench.store import Store
+from isobench.study.model import Study
 from isobench.studyfile import load_study_text
 
-HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = "holds", "does not hold", "inconclusive", "cannot be tested here"
 #: beyond this many repetitions, "inconclusive" says "more than" instead of a number
 MAX_REPETITIONS = 10_000
 
@@ -48,6 +58,9 @@ class Estimate:
     #: the interval's scale: "log" for ratios (distances in log units), "linear" otherwise
     scale: str = "log"
     shown: str = ""
+    #: the standard error and degrees of freedom of the interval (log units for ratios), for the MDE
+    se: float | None = None
+    df: float | None = None
 
 
 @dataclass
@@ -61,6 +74,10 @@ class CheckResult:
     ci_low: float | None = None
     ci_high: float | None = None
     n: int = 0
+    #: the minimum detectable effect (finding_power.py): a ratio, or an amount in the metric's unit
+    mde: float | None = None
+    #: a ratio check's A/A: its reference against its twin ("no A/A in this study" without one)
+    aa: str = ""
 
 
 @dataclass
@@ -76,18 +93,30 @@ class FindingResult:
     reason: str
     repetitions_needed: int | None = None
     checks: list[CheckResult] = field(default_factory=list)
+    #: the verdict's own sentence where it has one (not reproduced in this setting)
+    words: str = ""
+    #: the rule's date and hash, and whether it changed after its data (analysis/finding_provenance.py)
+    rule_written: str = ""
+    rule_hash: str = ""
+    changed_after_data: bool = False
+    change_reason: str = ""
+    #: a rule changed after its data: the recorded rule's hash and its verdict on the same stores
+    rule_hash_before: str = ""
+    verdict_before: str | None = None
 
     @property
     def verdict_words(self) -> str:
         """The table's wording: literature rows "match" or "do not match" instead of "hold"."""
+        if self.words:
+            return self.words
         if self.origin == "literature" and self.verdict in (HOLDS, FAILS):
             return "matches the literature" if self.verdict == HOLDS else "does not match the literature"
         if self.verdict == INCONCLUSIVE and self.repetitions_needed:
             return f"inconclusive: about {self.repetitions_needed} repetitions would settle it"
         if self.verdict == INCONCLUSIVE:
             return "inconclusive"
-        if self.verdict == UNTESTABLE:
-            return f"{UNTESTABLE}: {self.reason}"
+        if self.verdict in (UNTESTABLE, DESIGN_UNTESTABLE):
+            return f"{self.verdict}: {self.reason}"
         return self.verdict
 
     def as_record(self) -> dict[str, Any]:
@@ -109,6 +138,7 @@ class Sources:
         #: study -> why it was not run on this host
         self.skipped = skipped or {}
         self._cache: dict[str, tuple[list[Group], str]] = {}
+        self.studies: dict[str, Study] = {}
 
     def groups(self, study: str) -> tuple[list[Group], str]:
         if study in self.skipped:
@@ -121,6 +151,7 @@ class Sources:
             try:
                 parsed = load_study_text(store.meta("study_yaml") or "", study, check_host=False)
                 self._cache[study] = (load_groups(store), parsed.baseline)
+                self.studies[study] = parsed
             finally:
                 store.close()
         return self._cache[study]
@@ -180,7 +211,7 @@ def _blocked(sources: Sources, side: Side, default_study: str) -> RatioEstimate:
 def _ratio(sources: Sources, side: Side, default_study: str) -> Estimate:
     est = _blocked(sources, side, default_study)
     return Estimate(est.ratio, est.ci_low, est.ci_high, min(est.n, est.n_baseline), "log",
-                    _fmt_ratio(est.ratio, est.ci_low, est.ci_high))
+                    _fmt_ratio(est.ratio, est.ci_low, est.ci_high), est.se, est.df)
 
 
 def _ratio_of_ratios(sources: Sources, check: Check, default_study: str) -> Estimate:
@@ -197,7 +228,8 @@ def _ratio_of_ratios(sources: Sources, check: Check, default_study: str) -> Esti
     se = math.hypot(first.se, second.se)
     half = float(sps.t.ppf(0.975, max(min(first.df, second.df), 1.0))) * se
     ratio, low, high = math.exp(log_r), math.exp(log_r - half), math.exp(log_r + half)
-    return Estimate(ratio, low, high, min(first.n, second.n), "log", _fmt_ratio(ratio, low, high))
+    return Estimate(ratio, low, high, min(first.n, second.n), "log", _fmt_ratio(ratio, low, high), se,
+                    min(first.df, second.df))
 
 
 def _t_interval(values: list[float]) -> tuple[float, float | None, float | None]:
@@ -210,31 +242,44 @@ def _t_interval(values: list[float]) -> tuple[float, float | None, float | None]
 
 def _value(sources: Sources, check: Check, default_study: str) -> Estimate:
     groups, _ = sources.groups(check.study or default_study)
-    values = [p.value for p in _points(_group(groups, check.workload, check.platform, check.knobs),
-                                       check.metric, check.per)]
+    values = tenant_means(_points(_group(groups, check.workload, check.platform, check.knobs),
+                                  check.metric, check.per))
     mean, low, high = _t_interval(values)
-    return Estimate(mean, low, high, len(values), "linear", _fmt_value(mean, low, high, check))
+    return Estimate(mean, low, high, len(values), "linear", _fmt_value(mean, low, high, check),
+                    *power.t_spread(values))
 
 
 def _difference(sample: list[float], reference: list[float]) -> tuple[float, float | None, float | None]:
     diff = statistics.fmean(sample) - statistics.fmean(reference)
-    if len(sample) < 2 or len(reference) < 2:
+    se, df = power.welch_spread(sample, reference)
+    if se is None or df is None:
         return diff, None, None
-    va, vb = statistics.variance(sample) / len(sample), statistics.variance(reference) / len(reference)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return diff, diff, diff
-    df = (va + vb) ** 2 / ((va**2 / (len(sample) - 1) if va else 0) + (vb**2 / (len(reference) - 1) if vb else 0)
-                           or 1e-300)
     half = float(sps.t.ppf(0.975, max(df, 1.0))) * se
     return diff, diff - half, diff + half
 
 
 def _diff_estimate(sources: Sources, check: Check, default_study: str) -> Estimate:
-    sample, reference, _ = _sides(sources, check, default_study)
-    diff, low, high = _difference([p.value for p in sample], [p.value for p in reference])
+    points, reference_points, _ = _sides(sources, check, default_study)
+    sample, reference = tenant_means(points), tenant_means(reference_points)  # n counts rounds
+    diff, low, high = _difference(sample, reference)
     return Estimate(diff, low, high, min(len(sample), len(reference)), "linear",
-                    _fmt_value(diff, low, high, check, signed=True))
+                    _fmt_value(diff, low, high, check, signed=True), *power.welch_spread(sample, reference))
+
+
+def _aa(sources: Sources, check: Check, default_study: str) -> str:
+    """The check's reference against its A/A twin, the same ratio with the twin in the platform's place."""
+    study = check.study or default_study
+    groups, baseline = sources.groups(study)
+    reference = _group(groups, check.against_workload or check.workload, check.against or baseline, check.knobs)
+    twin = aa_twin(sources.studies[study], groups, reference)
+    if twin is None:
+        return "no A/A in this study"
+    side = Side(study=study, workload=reference.workload, platform=twin.platform_key, against=reference.platform_key,
+                metric=check.metric, per=check.per, knobs=twin.knobs)
+    try:
+        return f"A/A {_ratio(sources, side, default_study).shown}"
+    except Untestable as exc:
+        return f"A/A: {exc}"
 
 
 def _largest(sources: Sources, check: Check, default_study: str) -> CheckResult:
@@ -312,10 +357,15 @@ def _nvmsim(sources: Sources, check: Check, default_study: str) -> CheckResult:
 
 
 def _beyond(expect: Expectation, value: float) -> bool:
+    if expect.op in ("within", "between"):
+        low, high = _bounds(expect)
+        return low <= value <= high
     return value > expect.value if expect.op == ">" else value < expect.value
 
 
 def _bounds(expect: Expectation) -> tuple[float, float]:
+    if expect.op == "between" and expect.upper is not None:
+        return expect.value, expect.upper
     return 1 / (1 + expect.value), 1 + expect.value
 
 
@@ -375,38 +425,26 @@ def evaluate_check(sources: Sources, check: Check, default_study: str, missing: 
     verdict, needed = _decide(check.expectation, est.value, est.low, est.high, est.scale, est.n)
     reason = (f"expected {check.expectation.describe()}" if verdict != INCONCLUSIVE or est.low is not None
               else "one repetition: no interval")
-    return CheckResult(check.what, verdict, est.shown, reason, needed, est.value, est.low, est.high, est.n)
+    judged = power.judge(check, est, verdict, reason)  # fixed outcomes, and "does not hold" needs power
+    shown = f"{est.shown}, {judged.words}" if judged.words else est.shown
+    aa = _aa(sources, check, default_study) if check.kind in ("ratio", "ratio_of_ratios") else ""
+    return CheckResult(check.what, judged.verdict, shown, judged.reason,
+                       needed if judged.verdict == INCONCLUSIVE else None, est.value, est.low, est.high, est.n,
+                       judged.mde, aa)
 
 
 def evaluate_finding(sources: Sources, paper: PaperFindings, finding: Finding, missing: dict[str, str]) -> FindingResult:
-    """Combine the checks: all testable ones hold -> holds; one resolved the other way -> does
-    not hold; otherwise inconclusive. Untested parts are named in the reason."""
+    """Combine the checks (finding_power.combine): all tested ones hold -> holds; one resolved the
+    other way -> does not hold; only untestable parts -> why; otherwise inconclusive."""
     absent = [missing[need] for need in finding.needs if need in missing]
     default_study = paper.studies[0] if paper.studies else ""
     results = ([CheckResult(c.what, UNTESTABLE, reason=absent[0]) for c in finding.checks] if absent
                else [evaluate_check(sources, c, default_study, missing) for c in finding.checks])
-    tested = [r for r in results if r.verdict != UNTESTABLE]
-    untested = [r for r in results if r.verdict == UNTESTABLE]
-    needed = None
-    if not tested:
-        verdict = UNTESTABLE
-        reason = absent[0] if absent else "; ".join(dict.fromkeys(r.reason for r in untested)) or "no checks"
-    elif any(r.verdict == FAILS for r in tested):
-        verdict = FAILS
-        reason = "; ".join(f"{r.what}: {r.reason}" for r in tested if r.verdict == FAILS)
-    elif all(r.verdict == HOLDS for r in tested):
-        verdict, reason = HOLDS, "every tested part holds"
-    else:
-        verdict = INCONCLUSIVE
-        open_parts = [r for r in tested if r.verdict == INCONCLUSIVE]
-        known = [r.repetitions_needed for r in open_parts if r.repetitions_needed]
-        needed = max(known) if known and len(known) == len(open_parts) else None
-        reason = "; ".join(f"{r.what}: {r.reason}" for r in open_parts)
-    if untested and tested:
-        reason += "; not tested here: " + "; ".join(f"{r.what} ({r.reason})" for r in untested)
-    here = "; ".join(f"{r.what}: {r.shown}" for r in tested if r.shown) or "—"
+    combined = power.combine(finding, finding.checks, results, absent[0] if absent else None)
+    here = "; ".join(f"{r.what}: {r.shown}" for r in results if r.shown) or "—"
     return FindingResult(paper.paper, finding.id, finding.source, finding.claim, finding.paper, finding.origin,
-                         verdict, here, reason, needed, results)
+                         combined.verdict, here, combined.reason, combined.repetitions_needed, results,
+                         combined.words)
 
 
 def evaluate(paper: PaperFindings, directories: dict[str, Path], missing: dict[str, str],
@@ -415,7 +453,8 @@ def evaluate(paper: PaperFindings, directories: dict[str, Path], missing: dict[s
     ``missing`` maps each capability the host lacks -> why (see replicate/capabilities.py), and
     ``skipped`` each study not run here (its ``study_needs`` unmet) -> why."""
     sources = Sources(directories, skipped)
-    return [evaluate_finding(sources, paper, f, missing) for f in paper.findings]
+    results = [evaluate_finding(sources, paper, f, missing) for f in paper.findings]
+    return annotate(paper, results, directories, lambda old: evaluate_finding(sources, paper, old, missing))
 
 
 def findings_for_study(study: str, directory: Path) -> list[FindingResult]:
@@ -440,24 +479,3 @@ def findings_for_study(study: str, directory: Path) -> list[FindingResult]:
         subset = paper.model_copy(update={"findings": mine})
         return evaluate(subset, {study: directory}, missing if isinstance(missing, dict) else {})
     return []
-
-
-def _num(x: float) -> str:
-    return f"{x:.3f}" if 0.001 <= abs(x) < 100 else f"{x:.3g}"
-
-
-def _fmt_ratio(ratio: float, low: float | None, high: float | None) -> str:
-    if low is None or high is None:
-        return f"{_num(ratio)}× (one repetition: no interval)"
-    return f"{_num(ratio)}× ({_num(low)}–{_num(high)})"
-
-
-def _fmt_value(value: float, low: float | None, high: float | None, check: Check, signed: bool = False) -> str:
-    def f(x: float) -> str:
-        scaled = x * check.scale
-        text = f"{scaled:+.3g}" if signed else f"{scaled:.3g}"
-        return text + (f" {check.unit}" if check.unit else "")
-
-    if low is None or high is None:
-        return f"{f(value)} (one repetition: no interval)"
-    return f"{f(value)} ({f(low)} to {f(high)})"

@@ -36,6 +36,7 @@ from isobench.platforms.hostmirror import (
     skeleton_digest,
     skeleton_tar,
 )
+from isobench.platforms.runsc import engine_runsc_platform
 from isobench.study.model import Knobs, PlatformEntry
 from isobench.target import ProbeTarget, cgroups_of_pid, docker_engine_pids, poll
 
@@ -303,9 +304,11 @@ class Docker(DockerBase):
 
 @PLATFORMS.register("gvisor")
 class GVisor(DockerBase):
-    description = "a gVisor sandbox: runsc registered as a Docker runtime (ptrace platform, no network)"
+    description = "a gVisor sandbox: runsc registered as a Docker runtime (its default platform, no network)"
     runtime_default = "runsc"
     startup_estimate_s = 1.6
+    #: the runsc platform the engine starts sandboxes on, read once (platforms/runsc.py)
+    _runsc_platform: str | None = None
 
     @classmethod
     def validate_entry(cls, entry: PlatformEntry) -> None:
@@ -325,13 +328,23 @@ class GVisor(DockerBase):
                 and config.parent.exists():
             return Availability(False, f"runsc is not a Docker runtime and {config} is not writable")
         return Availability(True, "", notes=["knobs apply to the sandbox's cgroup on the host; gVisor's own "
-                                             "/proc does not show them", "ptrace platform (kvm hangs on nested hosts)"])
+                                             "/proc does not show them", "runsc's default platform unless daemon.json passes "
+                                             "--platform (kvm hangs on nested hosts); each cell records it"])
 
     def fingerprint(self) -> dict[str, Any]:
         return {**super().fingerprint(), "runsc": tool_version(["runsc", "--version"])}
 
     def prepare(self) -> None:
         # runsc refuses a network in the root namespace, and its kvm platform hangs on
-        # nested hosts: register it with --network=none on the default (ptrace) platform.
+        # nested hosts: register it with --network=none on runsc's default platform (ptrace in
+        # older releases, systrap since mid-2023; each cell records which).
         register_runtime("runsc", shutil.which("runsc") or "/usr/bin/runsc", ["--network=none"])
         super().prepare()
+
+    def collect(self, launched: Launched) -> dict[str, Any]:
+        info = super().collect(launched)
+        if self._runsc_platform is None:  # after the cell, outside its measured window
+            self._runsc_platform = engine_runsc_platform(engine_runtimes()) or ""
+        if self._runsc_platform:
+            info["runsc_platform"] = self._runsc_platform
+        return info

@@ -23,6 +23,7 @@ from isobench.platforms.base import (
 )
 from isobench.platforms.cgroups import CGROUP_ROOT, CellCgroup, prune_empty
 from isobench.platforms.hostmirror import build_skeleton, cell_mounts, container_env, data_root
+from isobench.platforms.runsc import runsc_platform
 from isobench.platforms.seccomp import default_profile
 from isobench.study.model import Knobs, PlatformEntry
 from isobench.target import ProbeTarget, cgroups_of_pid, launcher_pids, poll
@@ -231,7 +232,10 @@ class Oci(Platform):
         return target
 
     def collect(self, launched: OciLaunched) -> dict[str, Any]:  # type: ignore[override]
-        return {"container_id": launched.name, "runtime": launched.runtime}
+        info: dict[str, Any] = {"container_id": launched.name, "runtime": launched.runtime}
+        if launched.runtime == "runsc":
+            info["runsc_platform"] = runsc_platform(runtime_argv("runsc")[1:])
+        return info
 
     def network_mode(self, cell: Cell) -> str:
         if cell.network and self.runtime() == "runsc":

@@ -35,7 +35,13 @@ def write_markdown(runs: list[PaperRun], path: Path, commands: list[str], starte
               "| paper | studies | time | load average at start | steal |", "|---|---|---|---|---|"]
     lines += [f"| {md(r.paper)} | {md(', '.join(r.directories))} | {r.seconds / 60:.1f} min | "
               f"{md(r.load_at_start)} | {'' if r.steal is None else f'{r.steal:.1%}'} |" for r in runs]
-    lines += ["", "## Verdicts", ""]
+    lines += ["", "## Verdicts", "",
+              "Each rule carries the date it was last written and a hash of what decides its verdict "
+              "(its checks and text). A rule that differs from the one recorded with its study's data "
+              "is marked \"changed after seeing data\", with the verdict of the recorded rule beside it. "
+              "Each estimate shows the smallest effect its design could see (\"could see ≥\"); a fixed "
+              "outcome, or a \"does not hold\" the design could not have seen, reads \"not testable by "
+              "this design\" (docs/statistics.md).", ""]
     lines += markdown_table([f for r in runs for f in r.results])
     missing = {k: v for r in runs for k, v in r.missing.items()}
     if missing:
@@ -45,10 +51,12 @@ def write_markdown(runs: list[PaperRun], path: Path, commands: list[str], starte
         lines += ["", "Studies not run on this host: " + "; ".join(skipped) + "."]
     lines += ["", "## Finding by finding", ""]
     for run in runs:
-        rules = {f.id: f.rule for f in load_findings(run.paper).findings}
+        findings = {f.id: f for f in load_findings(run.paper).findings}
         lines += [f"## {md(run.title)}", ""]
         for result in run.results:
-            lines += markdown_details(result, rules.get(result.id, ""))
+            finding = findings.get(result.id)
+            lines += markdown_details(result, finding.rule if finding else "",
+                                      [(r.date.isoformat(), r.reason) for r in finding.revisions] if finding else [])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path

@@ -2,7 +2,8 @@
 
 Layout of ``--out DIR``: ``DIR/<paper>/<study>/`` is each study's results directory (an
 ordinary one: `isobench report` reads it), with ``capabilities.json`` beside the store saying
-what the host lacked; ``DIR/replication.json`` holds every finding's record.
+what the host lacked, and in the store the paper's rules as they were when its cells first ran
+(analysis/finding_rules.py); ``DIR/replication.json`` holds every finding's record.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from isobench.analysis.finding_rules import record_rules
 from isobench.analysis.finding_spec import PAPERS, PaperFindings, load_findings
 from isobench.analysis.findings import FindingResult, evaluate
 from isobench.errors import UserError
@@ -103,7 +105,14 @@ def replicate_paper(name: str, out: Path, resume: bool, quick: bool, max_minutes
         directory.parent.mkdir(parents=True, exist_ok=True)
         text = None if again else study_text(paper, study, quick, max_minutes)
         before = _finished(directory) if again else 0
-        directories[study] = run_study(text, None if again else study, directory, again, console)
+        try:
+            directories[study] = run_study(text, None if again else study, directory, again, console)
+        finally:
+            # the rules as loaded before these cells first ran (even if the run was cut short); a
+            # --resume keeps that record, and never records a store that had none: its rules
+            # could have been written after its data (analysis/finding_rules.py)
+            if not again:
+                record_rules(directory, paper)
         ran_cells = ran_cells or _finished(directory) > before
         (directories[study] / "capabilities.json").write_text(json.dumps(missing, indent=1) + "\n")
     results = evaluate(paper, directories, missing, skipped)

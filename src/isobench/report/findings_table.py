@@ -7,15 +7,32 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from isobench.analysis.finding_power import DESIGN_UNTESTABLE, NOT_IN_SETTING
 from isobench.analysis.findings import FAILS, HOLDS, INCONCLUSIVE, FindingResult
 from isobench.report.plaintext import html_text, md, plain
 
-COLUMNS = ("id", "finding (source)", "paper's figure", "here, with 95% CI", "verdict")
-_STYLE = {HOLDS: "green", FAILS: "red", INCONCLUSIVE: "yellow"}
+COLUMNS = ("id", "finding (source)", "paper's figure", "here, with 95% CI", "verdict", "rule written, hash")
+_STYLE = {HOLDS: "green", FAILS: "red", INCONCLUSIVE: "yellow", DESIGN_UNTESTABLE: "magenta",
+          NOT_IN_SETTING: "dark_orange"}
+#: the verdict cell's column (styled by the verdict on the terminal)
+_VERDICT = COLUMNS.index("verdict")
 
 
-def row(result: FindingResult) -> tuple[str, str, str, str, str]:
-    return (result.id, f"{result.claim} ({result.source})", result.paper_figure, result.here, result.verdict_words)
+def verdict_cell(result: FindingResult) -> str:
+    """The verdict, marked when the rule changed after its data, with the recorded rule's verdict beside it."""
+    if not result.changed_after_data:
+        return result.verdict_words
+    before = f"; before the change: {result.verdict_before}" if result.verdict_before else ""
+    return f"{result.verdict_words} (rule changed after seeing data{before})"
+
+
+def rule_cell(result: FindingResult) -> str:
+    return f"{result.rule_written or 'undated'}, {result.rule_hash}" if result.rule_hash else ""
+
+
+def row(result: FindingResult) -> tuple[str, ...]:
+    return (result.id, f"{result.claim} ({result.source})", result.paper_figure, result.here, verdict_cell(result),
+            rule_cell(result))
 
 
 def print_table(results: list[FindingResult], console: Console, title: str) -> None:
@@ -24,7 +41,7 @@ def print_table(results: list[FindingResult], console: Console, title: str) -> N
         table.add_column(column, overflow="fold")
     for result in results:
         cells = [plain(v) for v in row(result)]
-        cells[-1].stylize(_STYLE.get(result.verdict, "dim"))
+        cells[_VERDICT].stylize(_STYLE.get(result.verdict, "dim"))
         table.add_row(*cells)
     console.print(table)
 
@@ -35,15 +52,24 @@ def markdown_table(results: list[FindingResult]) -> list[str]:
     return lines
 
 
-def markdown_details(result: FindingResult, rule: str) -> list[str]:
-    """A finding's paragraph: the rule, each check's result, and why the verdict is what it is."""
+def markdown_details(result: FindingResult, rule: str, revisions: list[tuple[str, str]] | None = None) -> list[str]:
+    """A finding's paragraph: the rule (its date, hash and revisions; whether it changed after its
+    data), each check's result, and why the verdict is what it is."""
     lines = [f"### {md(result.id)}: {md(result.claim)}", "",
              f"*{md(result.source)}.* Paper: {md(result.paper_figure)}. Verdict: **{md(result.verdict_words)}**.", ""]
     if rule:
         lines += [f"Rule: {md(rule)}", ""]
+    if result.rule_hash:
+        lines += [f"Rule written {md(result.rule_written or 'undated')}, hash {md(result.rule_hash)}."
+                  + "".join(f" Revised {md(day)}: {md(why.rstrip('.'))}." for day, why in revisions or []), ""]
+    if result.changed_after_data:
+        before = (f" The rule recorded with the data ({md(result.rule_hash_before)}) gives: "
+                  f"**{md(result.verdict_before)}**." if result.verdict_before else "")
+        lines += [f"**Changed after seeing data**: {md(result.change_reason.rstrip('.'))}.{before}", ""]
     for check in result.checks:
         shown = f": {md(check.shown)}" if check.shown else ""
-        lines.append(f"- {md(check.what)}{shown} → {md(check.verdict)} ({md(check.reason)})")
+        aa = f"; {md(check.aa)}" if check.aa else ""  # the check's false-alarm rate beside it
+        lines.append(f"- {md(check.what)}{shown}{aa} → {md(check.verdict)} ({md(check.reason)})")
     lines += ["", f"Why: {md(result.reason)}", ""]
     return lines
 

@@ -1,0 +1,132 @@
+"""When each rule was written, whether it changed after its data, and what ran under it.
+
+For every evaluated finding this fills in its rule's date and hash (analysis/finding_rules.py)
+and compares the hash with the one recorded in the stores of the studies it reads:
+
+* no record in any of them (a store from before rules were recorded): nothing is claimed;
+* the same hash: the rule was written before the data;
+* another hash: "changed after seeing data", with the reason from the finding's latest
+  ``revisions`` entry, and the verdict the recorded rule gives on the same stores beside the new;
+* a record without this finding: it was written after the data, with no earlier verdict.
+
+A finding citing a figure for one runsc platform (``runsc_platform``) also says which platform
+this host's gVisor cells ran on (``platform_info["runsc_platform"]``, platforms/runsc.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from isobench.analysis.finding_rules import recorded_rules, rule_hash
+from isobench.analysis.finding_spec import Finding, PaperFindings
+from isobench.store import Store
+
+if TYPE_CHECKING:
+    from isobench.analysis.findings import FindingResult
+
+NO_REASON = "no reason written"
+
+
+def studies_of(finding: Finding, paper: PaperFindings) -> list[str]:
+    """The studies whose stores the finding reads, in the paper's order."""
+    default = paper.studies[0] if paper.studies else ""
+    named = {c.study or default for c in finding.checks} | {c.other.study or default for c in finding.checks
+                                                           if c.other is not None}
+    return [s for s in paper.studies if s in named] or [default]
+
+
+def _recorded(finding: Finding, paper: PaperFindings, directories: dict[str, Path],
+              records: dict[Path, dict | None]) -> tuple[bool, dict | None]:
+    """(whether any of the finding's stores holds a record, the finding's entry in the first that
+    does); ``records`` caches each store's record."""
+    for study in studies_of(finding, paper):
+        directory = directories.get(study)
+        if directory is not None and directory not in records:
+            records[directory] = recorded_rules(directory)
+        record = records[directory] if directory is not None else None
+        if record is not None:
+            entry = record["findings"].get(finding.id)
+            return True, entry if isinstance(entry, dict) else None
+    return False, None
+
+
+def _latest_reason(finding: Finding) -> str:
+    if not finding.revisions:
+        return ""
+    return max(finding.revisions, key=lambda r: r.date).reason
+
+
+def annotate(paper: PaperFindings, results: list[FindingResult], directories: dict[str, Path],
+             reevaluate: Callable[[Finding], FindingResult]) -> list[FindingResult]:
+    """Fill each result's rule date, hash and provenance; ``reevaluate`` gives a recorded rule's
+    verdict on the same stores."""
+    records: dict[Path, dict | None] = {}
+    for finding, result in zip(paper.findings, results, strict=True):
+        result.rule_written = finding.written.isoformat() if finding.written else ""
+        result.rule_hash = rule_hash(finding)
+        any_record, entry = _recorded(finding, paper, directories, records)
+        if not any_record:
+            pass
+        elif entry is None:
+            result.changed_after_data = True
+            result.change_reason = _latest_reason(finding) or "written after the data: no rule for it was recorded with them"
+        elif entry.get("hash") != result.rule_hash:
+            result.changed_after_data = True
+            result.change_reason = _latest_reason(finding) or NO_REASON
+            result.rule_hash_before = str(entry.get("hash") or "")
+            result.verdict_before = _verdict_before(entry, reevaluate)
+        _note_runsc(finding, paper, result, directories)
+    return results
+
+
+def _verdict_before(entry: dict[str, Any], reevaluate: Callable[[Finding], FindingResult]) -> str:
+    from pydantic import ValidationError
+
+    try:
+        old = Finding.model_validate(entry.get("spec"))
+    except ValidationError as exc:
+        return f"cannot be re-evaluated: the recorded rule no longer parses ({exc.errors()[0]['msg']})"
+    try:
+        return reevaluate(old).verdict_words
+    except ValueError as exc:  # a recorded rule the current evaluator rejects
+        return f"cannot be re-evaluated: {exc}"
+
+
+def runsc_platforms(directories: list[Path]) -> list[str]:
+    """The runsc platforms the stores' cells recorded, in first-seen order."""
+    seen: dict[str, None] = {}
+    for directory in directories:
+        if not Store.exists(directory):
+            continue
+        store = Store.open(directory)
+        try:
+            rows = store.conn.execute("SELECT platform_info FROM cells WHERE platform_info LIKE '%runsc_platform%'")
+            for row in rows:
+                info = json.loads(row["platform_info"])
+                if isinstance(info, dict) and info.get("runsc_platform"):
+                    seen[str(info["runsc_platform"])] = None
+        finally:
+            store.close()
+    return list(seen)
+
+
+def _note_runsc(finding: Finding, paper: PaperFindings, result: FindingResult, directories: dict[str, Path]) -> None:
+    from isobench.analysis.findings import UNTESTABLE
+
+    cited = finding.runsc_platform
+    if cited is None or result.verdict == UNTESTABLE:
+        return
+    ran = runsc_platforms([directories[s] for s in studies_of(finding, paper) if s in directories])
+    if not ran:
+        note, short = f"runsc's platform was not recorded with these cells (the cited figure is for {cited})", ""
+    elif ran == [cited]:
+        note, short = f"runsc ran on {cited} here, the cited figure's platform", cited
+    else:
+        note = f"the cited figure is for {cited}; this host ran {' and '.join(ran)}"
+        short = " and ".join(ran)
+    result.reason = f"{result.reason}; {note}" if result.reason else note
+    if short:
+        result.here = f"{result.here} (runsc platform: {short})"

@@ -1,0 +1,33 @@
+"""The members of one tenant group are one sample, not N.
+
+A tenant group (plan/tenants.py) runs N cells at once on one platform entry; its members share
+the kernel's flusher calls, the page cache and the cores, so their values move together. Taken
+as N independent samples they make a t interval about sqrt(N) times too narrow. A value or
+difference check therefore averages each group's members first: every round contributes one
+value, and n counts rounds, not tenants.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+
+from isobench.analysis.blocked import Point
+
+#: a member's cell id is the id of the cell its group replaced plus ``/t<index>``
+_MEMBER = re.compile(r"/t\d+$")
+
+
+def group_of(point: Point) -> str:
+    """The cell a tenant group replaced (a cell outside any group is its own group)."""
+    return _MEMBER.sub("", point.cell_id)
+
+
+def tenant_means(points: list[Point]) -> list[float]:
+    """One value per tenant group (the mean of its members), in round order; cells outside a
+    group keep their own value."""
+    members: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for point in points:
+        members[(point.rep, group_of(point))].append(point.value)
+    return [statistics.fmean(values) for _, values in sorted(members.items())]
