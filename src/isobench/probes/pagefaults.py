@@ -147,7 +147,7 @@ def _locate(table: tuple[np.ndarray, np.ndarray, np.ndarray, list[str]], address
     return "[unmapped]", -1
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)
 def _symbols(path: str) -> tuple[np.ndarray, np.ndarray, list[str], list[tuple[int, int, int]]]:
     """(sorted symbol addresses, sizes, names, PT_LOAD segments (offset, vaddr, filesz)) of an ELF file."""
     empty: tuple[np.ndarray, np.ndarray, list[str], list[tuple[int, int, int]]] = (
