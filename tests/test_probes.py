@@ -24,8 +24,9 @@ from tests.conftest import need_docker, need_root, need_tool, run_cli, wait_perf
 TINY = {"iterations": 3, "work": 20000}
 
 
-def _cell(entry: dict, probes: dict | None, params: dict | None = None, knobs: dict | None = None):
-    study = {"name": "probes", "workloads": [{"name": "cpu-spin", "params": params or TINY}],
+def _cell(entry: dict, probes: dict | None, params: dict | None = None, knobs: dict | None = None,
+          workload: str = "cpu-spin"):
+    study = {"name": "probes", "workloads": [{"name": workload, "params": params or TINY}],
              "platforms": [{**entry, "knobs": knobs or {}}], "repetitions": 1, "warmup": 0, "timeout_s": 120}
     if probes is not None:
         study["probes"] = probes
@@ -186,11 +187,15 @@ def test_perf_page_faults_agree_with_an_independent_perf_stat(scope: str) -> Non
     assert not _our_perf_children()
 
 
-def test_perf_separates_container_engine_and_host() -> None:
+def test_perf_separates_container_engine_and_host(tmp_path: Path) -> None:
     need_docker()
     need_tool("perf")
-    outcome, metrics = _cell({"name": "docker"}, {"perf": {}}, params={"iterations": 3, "work": 300_000,
-                                                                     "allocate_mb": 16})
+    # The container allocates 16 MiB after a pause: perf counts the container's cgroup only from
+    # when `docker inspect` names it, and a worker that allocated at once could finish first.
+    script = tmp_path / "allocate.py"
+    script.write_text("import time\ntime.sleep(1.5)\nblock = bytearray(16 << 20)\n"
+                      "for offset in range(0, len(block), 4096):\n    block[offset] = 1\n")
+    outcome, metrics = _cell({"name": "docker"}, {"perf": {}}, params={"path": str(script)}, workload="script")
     info = outcome.probes.status["perf"]["info"]
     assert info["scopes"]["cell"].startswith("cgroup docker/")
     dockerd = {int(p) for p in subprocess.run(["pidof", "dockerd"], capture_output=True, text=True).stdout.split()}
