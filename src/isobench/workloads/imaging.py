@@ -31,7 +31,7 @@ class ImageParams(WorkloadParams):
     source_size: int = Field(96, ge=16, le=4096, description="size of the JPEG files on disk")
     n_classes: int = Field(10, ge=1, le=100_000, description="classes (output units and class folders)")
     top_k: int = Field(5, ge=1, le=1000, description="labels returned per request")
-    model: ImageModel = Field("resnet18", description="torchvision model, random weights")
+    model: ImageModel = Field("resnet18", description="ResNet in torchvision's layout, random weights")
 
     @model_validator(mode="after")
     def _top_k_fits(self) -> ImageParams:
@@ -81,11 +81,13 @@ def top_k_labels(logits: Any, classes: list[str], k: int) -> list[tuple[str, flo
 
 
 def build_model(name: str, n_classes: int, seed: int) -> Any:
+    """A ResNet in torchvision's layout with random weights, without importing torchvision."""
     import torch
-    import torchvision
+
+    from isobench.workloads.resnets import build_resnet
 
     torch.manual_seed(seed)
-    return getattr(torchvision.models, name)(weights=None, num_classes=n_classes)
+    return build_resnet(name, n_classes)
 
 
 class Classifier:

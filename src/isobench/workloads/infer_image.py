@@ -82,7 +82,13 @@ class ImageInfer(JpegData, Workload):
     phases = INFER_PHASES
     setup_phases = INFER_SETUP
     Params = ImageInferParams
-    imports = ("torch", "torchvision", "PIL.Image")
+    imports = ("torch", "PIL.Image")
+
+    @classmethod
+    def import_modules(cls, params: ImageInferParams) -> tuple[str, ...]:  # type: ignore[override]
+        from isobench.workloads.nets import image_model_imports
+
+        return cls.imports + image_model_imports(params.model)
 
     @classmethod
     def data_key(cls, params: ImageInferParams) -> str:  # type: ignore[override]

@@ -159,7 +159,7 @@ class Loadgen(JpegData, Workload):
     phases = ("queue", "preprocess", "inference", "postprocess", "complete")
     setup_phases = ("import", "model_load", "data_load", "loadgen")
     Params = LoadgenParams
-    imports = ("torch", "torchvision", "PIL.Image", "mlperf_loadgen")
+    imports = ("torch", "PIL.Image", "mlperf_loadgen")
 
     @classmethod
     def estimate_s(cls, params: LoadgenParams) -> float:  # type: ignore[override]

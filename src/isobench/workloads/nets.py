@@ -1,6 +1,7 @@
 """Model definitions, random weights, nothing downloaded. Imports torch: load only inside a cell.
 
-Image models are torchvision's own definitions (``weights=None``); MobileBERT and the small
+Image models are torchvision's own definitions (``weights=None``), except the ResNets, which
+are written out in torchvision's layout (``resnets``) so that a cell need not import torchvision; MobileBERT and the small
 BERT are transformers' definitions built from a config. The LSTM language model, the speech
 models and DLRM are small modules written here, shaped like their published counterparts.
 """
@@ -12,6 +13,9 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from isobench.workloads.resnets import SHAPES as RESNETS
+from isobench.workloads.resnets import build_resnet
 
 IMAGE_MODELS = ("lenet5", "mobilenet_v3_large", "mobilenet_v3_small", "resnet18", "resnet50",
                 "squeezenet1_1", "alexnet")
@@ -28,9 +32,16 @@ def build_lenet5(num_classes: int = 10) -> nn.Module:
     )
 
 
+def image_model_imports(name: str) -> tuple[str, ...]:
+    """What building ``name`` imports beyond torch (the workload's timed import phase)."""
+    return () if name == "lenet5" or name in RESNETS else ("torch._dynamo", "torchvision")
+
+
 def build_image_model(name: str, num_classes: int) -> nn.Module:
     if name == "lenet5":
         return build_lenet5(num_classes)
+    if name in RESNETS:  # written out: importing torchvision costs ~3 s of CPU per cell
+        return build_resnet(name, num_classes)
     import torchvision
 
     return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)

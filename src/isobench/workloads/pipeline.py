@@ -79,7 +79,7 @@ class TrainSave(JpegData, Workload):
     phases = ("fetch", "forward", "backward", "optimizer")
     setup_phases = ("import", "data_load", "model_load", "save")
     Params = TrainSaveParams
-    imports = ("torch", "torchvision", "PIL.Image", "torch._dynamo")
+    imports = ("torch", "PIL.Image", "torch._dynamo")  # torch.optim pulls in torch._dynamo
     uses_artifacts = True
 
     @classmethod
@@ -139,7 +139,7 @@ class DeployInfer(JpegData, Workload):
     phases = ("preprocess", "inference", "postprocess")
     setup_phases = ("import", "data_load", "model_load")
     Params = DeployInferParams
-    imports = ("torch", "torchvision", "PIL.Image")
+    imports = ("torch", "PIL.Image")
     uses_artifacts = True
 
     @classmethod

@@ -15,7 +15,7 @@ from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload
 from isobench.workloads.channel import CellContext
 from isobench.workloads.datasets import list_jpeg_folder
-from isobench.workloads.imaging import MEAN, STD, JpegData, decode_normalize
+from isobench.workloads.imaging import MEAN, STD, JpegData, build_model, decode_normalize
 from isobench.workloads.inference import InferParams, infer_loop, softmax_top_k
 from isobench.workloads.timing import resolve_device
 
@@ -27,7 +27,8 @@ class ResnetInferParams(InferParams):
     n_images: int = Field(64, ge=1, le=1_000_000, description="JPEG files in the generated data set")
     source_size: int = Field(96, ge=16, le=4096, description="size of the JPEG files on disk")
     n_classes: int = Field(10, ge=1, le=100_000, description="classes (output units and class folders)")
-    model: Literal["resnet18", "resnet50"] = Field("resnet18", description="torchvision model, random weights")
+    model: Literal["resnet18", "resnet50"] = Field("resnet18", description="ResNet in torchvision's layout, "
+                                                                          "random weights")
 
     @model_validator(mode="after")
     def _top_k_fits(self) -> ResnetInferParams:
@@ -46,7 +47,7 @@ class ResnetInfer(JpegData, Workload):
     phases = ("preprocess", "inference", "postprocess")
     setup_phases = ("import", "model_load", "data_load")
     Params = ResnetInferParams
-    imports = ("torch", "torchvision", "PIL.Image")
+    imports = ("torch", "PIL.Image")  # not torchvision: its import costs ~3 s (isobench.workloads.resnets)
 
     @classmethod
     def estimate_s(cls, params: ResnetInferParams) -> float:  # type: ignore[override]
@@ -55,14 +56,11 @@ class ResnetInfer(JpegData, Workload):
 
     def run(self, params: ResnetInferParams, ctx: CellContext) -> None:  # type: ignore[override]
         import torch
-        import torchvision
 
         assert ctx.data_dir is not None, "resnet-infer needs its data set"
         device = resolve_device(params.device)
         with ctx.setup("model_load"):
-            torch.manual_seed(ctx.seed)
-            model = getattr(torchvision.models, params.model)(weights=None, num_classes=params.n_classes)
-            model = model.eval().to(device)
+            model = build_model(params.model, params.n_classes, ctx.seed).eval().to(device)
         with ctx.setup("data_load"):
             files, classes = list_jpeg_folder(ctx.data_dir)
             mean = torch.tensor(MEAN).view(3, 1, 1)

@@ -119,7 +119,7 @@ class Serve(JpegData, Workload):
     phases = ("connect", "preprocess", "inference", "postprocess", "server_other", "transport")
     setup_phases = ("import", "data_load", "model_load", "listen")
     Params = ServeParams
-    imports = ("torch", "torchvision", "PIL.Image", "uvicorn", "starlette.applications")
+    imports = ("torch", "PIL.Image", "uvicorn", "starlette.applications")
     needs_network = True
     host_driver = "http-load"
     uses_artifacts = True
