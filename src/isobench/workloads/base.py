@@ -41,6 +41,9 @@ class Workload(ABC):
     host_driver: ClassVar[str | None] = None
     #: the cell gets the study's artifacts directory, mounted read-write at the same path
     uses_artifacts: ClassVar[bool] = False
+    #: the worker skips the interpreter's teardown after the last record (torch's costs ~1 s of
+    #: every cell's wall time); a user's script keeps it, for its own atexit handlers
+    needs_interpreter_exit: ClassVar[bool] = False
 
     @classmethod
     def artifact_flow(cls, params: WorkloadParams) -> tuple[str | None, str | None]:
