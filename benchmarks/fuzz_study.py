@@ -6,6 +6,7 @@ strategies) and print how many raised something other than UserError: it must be
 
 from __future__ import annotations
 
+import argparse
 import sys
 import traceback
 from collections import Counter
@@ -45,5 +46,16 @@ def main(examples: int) -> int:
     return 1 if tracebacks else 0
 
 
+def positive(text: str) -> int:
+    """A count of examples; argparse turns the ValueError into a usage line and exit 2."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 100_000))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0].replace("\n", " "))
+    parser.add_argument("examples", nargs="?", type=positive, default=100_000,
+                        help="how many study files to generate (default 100000)")
+    sys.exit(main(parser.parse_args().examples))

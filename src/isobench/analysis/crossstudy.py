@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from isobench.analysis.compare import Comparison, Group, _adjust, compare, floor_of, judge, load_groups
 from isobench.analysis.stats import METHOD, bootstrap_ratio_ci, effect_words, ratio_ci
@@ -20,6 +20,9 @@ from isobench.store import Store
 class CrossResult:
     comparisons: list[Comparison]
     notes: list[str]
+    #: each study's own comparisons with its baseline (A's, B's): what B/A changed, side by side
+    within_a: list[Comparison] = field(default_factory=list)
+    within_b: list[Comparison] = field(default_factory=list)
 
 
 def _variants(groups: list[Group]) -> set[tuple[str, str]]:
@@ -89,8 +92,9 @@ def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, forc
     _adjust(results)
     # The noise floor of a cross-study comparison: the wider of the two studies' own A/A floors.
     floors: dict[tuple[str, str, str], float] = {}
-    for store in (store_a, store_b):
-        for c in compare(store):
+    within = [compare(store) for store in (store_a, store_b)]
+    for own in within:
+        for c in own:
             width = floor_of(c) if c.is_aa else None
             if width is not None:
                 key = (c.workload, json.dumps(c.params, sort_keys=True), c.metric)
@@ -101,4 +105,4 @@ def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, forc
     missing = len(groups_b) - sum(1 for g in groups_b if counterpart(g) is not None)
     if missing:
         notes.append(f"{missing} group(s) of {name_b} have no counterpart in {name_a} (other platforms or knobs)")
-    return CrossResult(results, notes)
+    return CrossResult(results, notes, *within)

@@ -1,10 +1,12 @@
-"""Flat records, one per cell and metric, for other tools."""
+"""Flat records, one per cell and metric, for other tools; and the comparisons in the Bencher
+Metric Format (report/bmf.py)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,34 +47,59 @@ def export(store: Store, fmt: str, target: Path) -> Path:
     return target
 
 
-def write(store: Store, fmt: str, out: BinaryIO) -> None:
-    """Write the records in ``fmt`` (jsonl, csv or parquet) to the binary stream ``out`` (a file,
-    or stdout's buffer: the stream need not seek)."""
-    rows = records(store)
-    if fmt == "jsonl":
-        text = io.TextIOWrapper(out, encoding="utf-8", newline="")
-        for row in rows:
+def _text(out: BinaryIO, fill: Callable[[io.TextIOWrapper], None]) -> None:
+    """Text into the binary stream ``out``, which stays open for its owner (stdout's buffer)."""
+    text = io.TextIOWrapper(out, encoding="utf-8", newline="")
+    fill(text)
+    text.flush()
+    text.detach()
+
+
+def _jsonl(store: Store, out: BinaryIO) -> None:
+    def fill(text: io.TextIOWrapper) -> None:
+        for row in records(store):
             text.write(json.dumps(row, sort_keys=True) + "\n")
-        text.flush()
-        text.detach()
-    elif fmt == "csv":
-        text = io.TextIOWrapper(out, encoding="utf-8", newline="")
+
+    _text(out, fill)
+
+
+def _csv(store: Store, out: BinaryIO) -> None:
+    def fill(text: io.TextIOWrapper) -> None:
         writer = csv.DictWriter(text, fieldnames=FIELDS)
         writer.writeheader()
-        for row in rows:
+        for row in records(store):
             cells = {**row, "knobs": json.dumps(row["knobs"], sort_keys=True)}
             writer.writerow({k: csv_cell(v) for k, v in cells.items()})  # "=HYPERLINK(..)" stays text
-        text.flush()
-        text.detach()
-    elif fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        columns = {name: [row[name] for row in rows] for name in FIELDS}
-        columns["knobs"] = [json.dumps(k, sort_keys=True) for k in columns["knobs"]]
-        buffer = io.BytesIO()  # parquet's writer seeks; a pipe cannot
-        pq.write_table(pa.table(columns), buffer)
-        out.write(buffer.getvalue())
-        out.flush()
-    else:
-        raise ValueError(fmt)
+    _text(out, fill)
+
+
+def _parquet(store: Store, out: BinaryIO) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = records(store)
+    columns = {name: [row[name] for row in rows] for name in FIELDS}
+    columns["knobs"] = [json.dumps(k, sort_keys=True) for k in columns["knobs"]]
+    buffer = io.BytesIO()  # parquet's writer seeks; a pipe cannot
+    pq.write_table(pa.table(columns), buffer)
+    out.write(buffer.getvalue())
+    out.flush()
+
+
+def _bmf(store: Store, out: BinaryIO) -> None:
+    """Not the records: one benchmark per comparison, for Bencher (report/bmf.py)."""
+    from isobench.report.bmf import bmf_document
+
+    _text(out, lambda text: text.write(json.dumps(bmf_document(store), indent=1) + "\n"))
+
+
+#: format -> its writer; `isobench export --format` offers these names
+WRITERS: dict[str, Callable[[Store, BinaryIO], None]] = {
+    "jsonl": _jsonl, "csv": _csv, "parquet": _parquet, "bmf": _bmf}
+
+
+def write(store: Store, fmt: str, out: BinaryIO) -> None:
+    """Write ``fmt`` (a name in WRITERS) to the binary stream ``out`` (a file, or stdout's
+    buffer: the stream need not seek)."""
+    WRITERS[fmt](store, out)

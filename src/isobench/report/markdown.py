@@ -6,16 +6,9 @@ from isobench.analysis.summary import ADVISOR_NOTE, Analysis
 from isobench.analysis.views import Figure, Skipped, Table
 from isobench.report.adaptive_table import stop_words
 from isobench.report.html import comparison_columns, comparison_rows, multi_host, ordered, resolve_target
-from isobench.report.plaintext import md, md_fence
+from isobench.report.plaintext import md, md_fence, md_table
 from isobench.report.replication import replication
 from isobench.report.terminal import fmt_knobs, headline
-
-
-def md_table(columns: list[str], rows: list[list[str]]) -> str:
-    cell = md  # user strings as text: no HTML, code spans or links; "|" escaped
-    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _source(view: Table | Figure) -> str:

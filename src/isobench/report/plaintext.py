@@ -6,7 +6,8 @@ has one function here; the renderers call it instead of escaping on their own.
 
 - terminal (rich): :class:`PlainConsole` renders every ``str`` as plain text; our own styling is
   a :class:`Markup` built by :func:`markup`, which escapes the values it is given;
-- Markdown: :func:`md` (inline text), :func:`md_fence` (a fenced block no text can close);
+- Markdown: :func:`md` (inline text), :func:`md_fence` (a fenced block no text can close),
+  :func:`md_table` (a table of text cells);
 - CSV: :func:`csv_cell` (no cell starts a spreadsheet formula);
 - matplotlib: :data:`MPL_RC` (no ``$…$`` math text);
 - HTML: :func:`html_text`;
@@ -101,6 +102,13 @@ def md_fence(text: str, info: str = "") -> list[str]:
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return [f"{fence}{info}", text, fence]
+
+
+def md_table(columns: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table whose every cell is text (:func:`md`): no HTML, code spans or links; "|" escaped."""
+    lines = ["| " + " | ".join(md(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(md(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 # --- CSV --------------------------------------------------------------------------------------
