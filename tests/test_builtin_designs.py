@@ -24,6 +24,7 @@ from isobench.studyfile import builtin_studies, load_study_text, resolve_study_t
 SCHEDULES = {
     "default": "duet",
     "layers": "duet",
+    "llm": "duet",
     "park-bahn-2023": "sequential",   # tenant groups, host-wide kernel evidence
     "park-bahn-nvm": "sequential",    # tenant groups, host-wide write-back traces
     "prashanthi-2023": "duet",

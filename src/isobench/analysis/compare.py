@@ -16,6 +16,7 @@ from typing import Any
 
 from isobench.analysis import verdict as vd
 from isobench.analysis.blocked import Point, estimate, screen, shared_flag
+from isobench.analysis.metric_sense import time_ratio
 from isobench.analysis.stats import bootstrap_ratio_ci, effect_words, holm, interval_at
 from isobench.plan.cells import closest_by_knobs
 from isobench.store import Store
@@ -337,7 +338,8 @@ class FailIf:
             return False
         if self.threshold is None:
             return True
-        return c.ratio >= self.threshold if self.direction == "slower" else c.ratio <= self.threshold
+        ratio = time_ratio(c.metric, c.ratio)  # a rate's 0.8x is a time's 1.25x: slower:1.2 trips on both
+        return ratio >= self.threshold if self.direction == "slower" else ratio <= self.threshold
 
 
 def parse_fail_if(spec: str) -> FailIf:

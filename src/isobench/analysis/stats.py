@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from scipy import stats as sps
 
+from isobench.analysis.metric_sense import direction_word
+
 METHOD = "welch-log"
 PAIRED_METHOD = "paired-log"
 DUET_METHOD = "duet-paired"
@@ -195,21 +197,16 @@ def holm(p_values: list[float | None]) -> list[float | None]:
     return adjusted
 
 
-def timelike(metric: str) -> bool:
-    """Metrics that are times (read slower/faster); the others read higher/lower."""
-    return metric.startswith(("e2e", "phase.", "setup.", "cell.", "cpu."))
-
-
 # -- effect sizes in words --------------------------------------------------------------
 def effect_words(ratio: float, metric: str = "e2e") -> str:
     """'3.2% slower (small)'. Thresholds on |ratio-1|: <1% negligible, <5% small, <20% moderate,
-    else large. Time-like metrics read slower/faster; other metrics higher/lower."""
+    else large. Times read slower/faster, rates faster/slower; other metrics higher/lower."""
     change = ratio - 1
     size = abs(change)
     if size < 0.01:
         return f"{change:+.1%} (negligible)"
     word = "small" if size < 0.05 else "moderate" if size < 0.20 else "large"
-    direction = ("slower" if change > 0 else "faster") if timelike(metric) else ("higher" if change > 0 else "lower")
+    direction = direction_word(metric, change > 0)
     amount = f"{size:.1%}" if ratio < 2 else f"{ratio:.1f}×"
     return f"{amount} {direction} ({word})"
 

@@ -47,7 +47,8 @@ import math
 
 from scipy import stats as sps
 
-from isobench.analysis.stats import fmt_floor, interval_at, timelike
+from isobench.analysis.metric_sense import direction_word
+from isobench.analysis.stats import fmt_floor, interval_at
 
 #: equivalence margin when the study sets none: ±2%
 DEFAULT_MARGIN = 0.02
@@ -70,9 +71,8 @@ def margin_of(study: object) -> float:
 
 
 def direction(metric: str, log_ratio: float) -> str:
-    if timelike(metric):
-        return "slower" if log_ratio > 0 else "faster"
-    return "higher" if log_ratio > 0 else "lower"
+    """slower/faster for times and rates (metric_sense), higher/lower for other amounts."""
+    return direction_word(metric, log_ratio > 0)
 
 
 def excludes_one(interval: tuple[float, float] | None) -> bool:

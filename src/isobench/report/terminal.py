@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from isobench.analysis.compare import Comparison, hosts_of, phase_attribution
+from isobench.analysis.metric_sense import declared_metrics
 from isobench.analysis.stats import fmt_floor, fmt_seconds
 from isobench.analysis.verdict import DIRECTIONS, MAX_NEEDED, fmt_margin, within_margin
 from isobench.report.plaintext import Markup, markup, plain
@@ -121,8 +122,10 @@ def headline(comparisons: list[Comparison]) -> list[str]:
     hide = common_knobs(comparisons)
     # Several hosts: first how each platform spreads over the fleet, then host by host.
     lines = fleet_headlines(comparisons)
+    # e2e, and the metrics a workload declares its headline (llm-generate's TTFT, TPOT, tokens/s)
+    headlines = {"e2e", *declared_metrics()}
     lines += [sentence(c, comparisons, hide) for c in comparisons
-              if c.metric == "e2e" and not c.is_aa and not c.emulated]
+              if c.metric in headlines and not c.is_aa and not c.emulated]
     for c in comparisons:
         if c.metric == "cell.startup" and c.significant and not c.is_aa and not c.emulated:
             shown = {k: v for k, v in c.knobs.items() if k not in hide}

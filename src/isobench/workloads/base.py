@@ -41,6 +41,10 @@ class Workload(ABC):
     host_driver: ClassVar[str | None] = None
     #: the cell gets the study's artifacts directory, mounted read-write at the same path
     uses_artifacts: ClassVar[bool] = False
+    #: the workload's own metrics (``ctx.metric`` names) that get a sentence and a verdict of their own in
+    #: the summary, each with what it is: "time" (lower is better: reads slower/faster) or "rate"
+    #: (higher is better: tokens/s below the baseline's reads slower)
+    headline_metrics: ClassVar[dict[str, str]] = {}
     #: the worker skips the interpreter's teardown after the last record (torch's costs ~1 s of
     #: every cell's wall time); a user's script keeps it, for its own atexit handlers
     needs_interpreter_exit: ClassVar[bool] = False
