@@ -66,9 +66,12 @@ def test_two_real_studies_gate_on_a_real_slowdown(tmp_path: Path) -> None:
     test host does to A): B is resolved slower, A is not."""
     need_root()
     spin = {"name": "cpu-spin", "params": {"iterations": 6, "work": 300_000}}
+    # A small design written out: cells on one core, where the busy loops go (the default duet
+    # would trade both cores and add an A/A entry, which this gate does not need).
     study = write_study(tmp_path / "s.yaml", {"name": "gate", "workloads": [spin],
                                               "platforms": [{"name": "baremetal"}], "repetitions": 6,
-                                              "warmup": 0, "seed": 5, "probes": {}})
+                                              "schedule": "sequential", "aa": False, "min_seconds": 0,
+                                              "warmup_items": 0, "warmup": 0, "seed": 5, "probes": {}})
     cores = {c["cores"] for c in json.loads(run_cli("plan", str(study), "--json", check=True).stdout)["cells"]}
     assert len(cores) == 1 and cores != {None}, cores
     a, b = tmp_path / "a", tmp_path / "b"

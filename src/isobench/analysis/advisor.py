@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from scipy import stats as sps
+from isobench.analysis.tdist import nct_cdf, nct_sf, t_ppf
 
 MAX_ADVISED = 10_000
 
@@ -45,7 +45,7 @@ def repetitions_for_halfwidth(sd_a: float, sd_b: float, target: float, confidenc
     goal = math.log1p(target)
 
     def ok(n: int) -> bool:
-        t_crit = float(sps.t.ppf(0.5 + confidence / 2, _welch_df(sd_a, sd_b, n)))
+        t_crit = float(t_ppf(0.5 + confidence / 2, _welch_df(sd_a, sd_b, n)))
         return t_crit * math.sqrt((sd_a**2 + sd_b**2) / n) <= goal
 
     return _smallest(ok)
@@ -63,9 +63,9 @@ def repetitions_for_power(sd_a: float, sd_b: float, overhead: float, power: floa
         if se == 0:
             return True
         df = _welch_df(sd_a, sd_b, n)
-        t_crit = float(sps.t.ppf(1 - alpha / 2, df))
+        t_crit = float(t_ppf(1 - alpha / 2, df))
         nc = effect / se
-        upper, lower = float(sps.nct.sf(t_crit, df, nc)), float(sps.nct.cdf(-t_crit, df, nc))
+        upper, lower = float(nct_sf(t_crit, df, nc)), float(nct_cdf(-t_crit, df, nc))
         # far in the tail scipy may answer nan: the probability there is 1 (upper) or 0 (lower)
         upper = 1.0 if math.isnan(upper) else upper
         lower = 0.0 if math.isnan(lower) else lower

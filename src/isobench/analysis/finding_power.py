@@ -26,9 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from scipy import stats as sps
-
 from isobench.analysis.finding_spec import Check, Finding
+from isobench.analysis.tdist import t_ppf
 
 HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = "holds", "does not hold", "inconclusive", "cannot be tested here"
 DESIGN_UNTESTABLE = "not testable by this design"
@@ -63,7 +62,7 @@ def minimum_detectable(se: float | None, df: float | None) -> float | None:
     if se is None or df is None or se <= 0:
         return None
     dof = max(df, 1.0)
-    return float(sps.t.ppf(1 - ALPHA / 2, dof) + sps.t.ppf(POWER, dof)) * se
+    return float(t_ppf(1 - ALPHA / 2, dof) + t_ppf(POWER, dof)) * se
 
 
 def _is_fixed(est: Interval) -> bool:

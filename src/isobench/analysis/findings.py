@@ -28,8 +28,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scipy import stats as sps
-
 from isobench.analysis import finding_power as power
 from isobench.analysis.blocked import Point, estimate
 from isobench.analysis.compare import Group, load_groups
@@ -40,6 +38,7 @@ from isobench.analysis.finding_power import DESIGN_UNTESTABLE, FAILS, HOLDS, INC
 from isobench.analysis.finding_provenance import annotate
 from isobench.analysis.finding_spec import Check, Expectation, Finding, PaperFindings, Side
 from isobench.analysis.stats import RatioEstimate
+from isobench.analysis.tdist import t_ppf
 from isobench.analysis.tenant_rounds import tenant_means
 from isobench.store import Store
 from isobench.study.model import Study
@@ -226,7 +225,7 @@ def _ratio_of_ratios(sources: Sources, check: Check, default_study: str) -> Esti
     # the spread, which makes the verdict conservative, never bolder.
     log_r = math.log(first.ratio) - math.log(second.ratio)
     se = math.hypot(first.se, second.se)
-    half = float(sps.t.ppf(0.975, max(min(first.df, second.df), 1.0))) * se
+    half = float(t_ppf(0.975, max(min(first.df, second.df), 1.0))) * se
     ratio, low, high = math.exp(log_r), math.exp(log_r - half), math.exp(log_r + half)
     return Estimate(ratio, low, high, min(first.n, second.n), "log", _fmt_ratio(ratio, low, high), se,
                     min(first.df, second.df))
@@ -236,7 +235,7 @@ def _t_interval(values: list[float]) -> tuple[float, float | None, float | None]
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, None, None
-    half = float(sps.t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+    half = float(t_ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
     return mean, mean - half, mean + half
 
 
@@ -254,7 +253,7 @@ def _difference(sample: list[float], reference: list[float]) -> tuple[float, flo
     se, df = power.welch_spread(sample, reference)
     if se is None or df is None:
         return diff, None, None
-    half = float(sps.t.ppf(0.975, max(df, 1.0))) * se
+    half = float(t_ppf(0.975, max(df, 1.0))) * se
     return diff, diff - half, diff + half
 
 

@@ -25,10 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from scipy import stats as sps
-
 from isobench.analysis.compare import Comparison, Group, compare, load_groups
 from isobench.analysis.stats import RatioEstimate, ratio_ci
+from isobench.analysis.tdist import t_ppf, t_sf
 from isobench.analysis.verdict import DEFAULT_MARGIN, fmt_margin
 from isobench.store import Store
 from isobench.studyfile import load_study_text
@@ -87,8 +86,8 @@ def combination_ci(terms: list[tuple[float, list[float]]], confidence: float = 0
         return RatioEstimate(ratio, None, None, None, n_min, n_min)
     df = se2 * se2 / df_den
     se = math.sqrt(se2)
-    t_crit = float(sps.t.ppf(0.5 + confidence / 2, df))
-    p_value = float(2 * sps.t.sf(abs(estimate) / se, df))
+    t_crit = float(t_ppf(0.5 + confidence / 2, df))
+    p_value = float(2 * t_sf(abs(estimate) / se, df))
     return RatioEstimate(ratio, math.exp(estimate - t_crit * se), math.exp(estimate + t_crit * se), p_value,
                          n_min, n_min)
 

@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import stats as sps
-
 from isobench.analysis.metric_sense import direction_word
+from isobench.analysis.tdist import t_ppf, t_sf
 
 METHOD = "welch-log"
 PAIRED_METHOD = "paired-log"
@@ -86,8 +85,8 @@ def ratio_ci(sample: list[float], baseline: list[float], confidence: float = 0.9
     se = math.sqrt(se2)
     df = se2**2 / ((var_s / n_s) ** 2 / (n_s - 1) + (var_b / n_b) ** 2 / (n_b - 1)) \
         if var_s > 0 and var_b > 0 else (n_s - 1 if var_s > 0 else n_b - 1)
-    t_crit = float(sps.t.ppf(0.5 + confidence / 2, df))
-    p_value = float(2 * sps.t.sf(abs(diff) / se, df))
+    t_crit = float(t_ppf(0.5 + confidence / 2, df))
+    p_value = float(2 * t_sf(abs(diff) / se, df))
     return RatioEstimate(ratio, math.exp(diff - t_crit * se), math.exp(diff + t_crit * se), p_value, n_s, n_b,
                          se, float(df))
 
@@ -110,8 +109,8 @@ def paired_ratio_ci(pairs: list[tuple[float, float]], confidence: float = 0.95) 
     if var == 0.0:
         return RatioEstimate(ratio, ratio, ratio, 0.0 if mean != 0 else 1.0, n, n, 0.0, float(n - 1))
     se = math.sqrt(var / n)
-    t_crit = float(sps.t.ppf(0.5 + confidence / 2, n - 1))
-    p_value = float(2 * sps.t.sf(abs(mean) / se, n - 1))
+    t_crit = float(t_ppf(0.5 + confidence / 2, n - 1))
+    p_value = float(2 * t_sf(abs(mean) / se, n - 1))
     return RatioEstimate(ratio, math.exp(mean - t_crit * se), math.exp(mean + t_crit * se), p_value, n, n,
                          se, float(n - 1))
 
@@ -136,8 +135,8 @@ def crossover_ratio_ci(by_side: list[list[tuple[float, float]]], confidence: flo
     if pooled == 0.0:
         return RatioEstimate(ratio, ratio, ratio, 0.0 if mean != 0 else 1.0, n, n, 0.0, float(df))
     se = math.sqrt(pooled / 4 * sum(1 / len(g) for g in groups))
-    t_crit = float(sps.t.ppf(0.5 + confidence / 2, df))
-    p_value = float(2 * sps.t.sf(abs(mean) / se, df))
+    t_crit = float(t_ppf(0.5 + confidence / 2, df))
+    p_value = float(2 * t_sf(abs(mean) / se, df))
     return RatioEstimate(ratio, math.exp(mean - t_crit * se), math.exp(mean + t_crit * se), p_value, n, n,
                          se, float(df))
 
@@ -149,7 +148,7 @@ def interval_at(log_ratio: float, se: float | None, df: float | None,
         return None
     if se == 0.0:
         return math.exp(log_ratio), math.exp(log_ratio)
-    half = float(sps.t.ppf(0.5 + confidence / 2, max(df, 1.0))) * se
+    half = float(t_ppf(0.5 + confidence / 2, max(df, 1.0))) * se
     return math.exp(log_ratio - half), math.exp(log_ratio + half)
 
 

@@ -45,10 +45,9 @@ from __future__ import annotations
 
 import math
 
-from scipy import stats as sps
-
 from isobench.analysis.metric_sense import direction_word
 from isobench.analysis.stats import fmt_floor, interval_at
+from isobench.analysis.tdist import t_ppf
 
 #: equivalence margin when the study sets none: ±2%
 DEFAULT_MARGIN = 0.02
@@ -144,7 +143,7 @@ def repetitions_needed(log_ratio: float, se: float | None, df: float | None, n: 
     df_per = df / max(1, n - 1)
 
     def ok(k: int, goal: float, confidence: float) -> bool:
-        t_crit = float(sps.t.ppf(0.5 + confidence / 2, max(1.0, df_per * (k - 1))))
+        t_crit = float(t_ppf(0.5 + confidence / 2, max(1.0, df_per * (k - 1))))
         return t_crit * sd / math.sqrt(k) < goal
 
     candidates = []
