@@ -98,8 +98,11 @@ def test_fsync_gives_sync_writebacks_and_block_events_of_the_cell(writer_study: 
                    if e == CODE["block_rq_insert"] and r & RWBS_BITS["W"] and r & RWBS_BITS["S"]]
     assert sync_writes, "no WS block request attributed to the fsync'ing cell"
     pages = _by_label(series(writer_study, "ftrace", "writeback"), "fsync")
-    # fsync'ed folios go out as sync (a stray page the cell dirtied elsewhere may go out periodic)
-    assert pages["reason"].count(2) >= 0.9 * len(pages["reason"])
+    # fsync'ed folios go out as sync: 12 of 19 folios on a fresh clone in CI, one checkpoint folio
+    # and one log folio per round; the other 7 were single pages the cell dirtied elsewhere (its
+    # interpreter writing a module's .pyc), left to the flusher. Weighed by pages, sync dominates.
+    sync_pages = sum(n for n, reason in zip(pages["pages"], pages["reason"], strict=True) if reason == 2)
+    assert sync_pages >= 0.9 * sum(pages["pages"]), pages
     assert sum(pages["pages"]) >= 6 * 128  # 512 KiB rewritten six times
     histogram = _by_label(series(writer_study, "syscalls", "histogram"), "fsync")
     calls = dict(zip(histogram["syscall"], histogram["calls"], strict=True))
@@ -161,6 +164,21 @@ def test_nvmsim_replays_a_captured_trace(writer_study: Path, tmp_path: Path) -> 
     assert refused.returncode == 2 and "--export-csv" in refused.stderr
 
 
+def _lines_of(raw: bytes, pid: int, comm_prefix: bytes) -> bytes:
+    """The trace's lines of task ``pid`` and of tasks named ``comm_prefix``*: the writer and the
+    flusher threads. The rest of a busy host (its every system call) would only make the slow
+    regex reference slower (49 s in CI), with no event kind the kept lines lack."""
+    import re
+
+    task = re.compile(rb"^\s*(.+)-(\d+)\s+\[\d+\]")
+    kept = []
+    for line in raw.splitlines(keepends=True):
+        found = task.match(line)
+        if found and (int(found.group(2)) == pid or found.group(1).startswith(comm_prefix)):
+            kept.append(line)
+    return b"".join(kept)
+
+
 def test_parser_matches_the_regex_reference_on_a_real_trace() -> None:
     need_tracefs()
     from isobench.probes import ftrace, ftrace_parse
@@ -176,9 +194,10 @@ def test_parser_matches_the_regex_reference_on_a_real_trace() -> None:
                 "os.unlink(f.name)\n")
         # -I -S: no site packages, so the interpreter's start-up adds few events for the slow
         # regex reference to read (with them it took 45 s here)
-        subprocess.run([sys.executable, "-I", "-S", "-c", code], check=True)
+        child = subprocess.run([sys.executable, "-I", "-S", "-c", code + "print(os.getpid())"], check=True,
+                               capture_output=True, text=True)
         instance.stop()
-        raw = instance.trace_file.read_bytes()
+        raw = _lines_of(instance.trace_file.read_bytes(), int(child.stdout), b"kworker")
     finally:
         instance.discard()
     events = ftrace_parse.parse(raw)
