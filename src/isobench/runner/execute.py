@@ -77,6 +77,18 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < float("inf")
 
 
+#: how long the runner waits, after the cell exits, for its reader to handle the done record
+DONE_MARK_WAIT_S = 5.0
+
+
+def _await_done_mark(done_marked: threading.Event, reader: threading.Thread) -> None:
+    """Wait until the done record's snapshots are taken, the channel has ended without one, or
+    DONE_MARK_WAIT_S passed (a grandchild that keeps the pipe open must not hold the cell)."""
+    deadline = time.monotonic() + DONE_MARK_WAIT_S
+    while not done_marked.is_set() and reader.is_alive() and time.monotonic() < deadline:
+        done_marked.wait(0.02)
+
+
 class _ChannelReader(threading.Thread):
     def __init__(self, stream: Any, on_mark: Any = None) -> None:
         super().__init__(daemon=True)
@@ -158,6 +170,7 @@ def worker_argv(cell: Cell, platform: Platform | None = None) -> list[str]:
     payload = cell.worker_payload()
     if platform is not None and platform.holds_at_start_line(cell):
         payload["start_line"] = True  # wait for the runner's go on stdin before measuring
+        payload["ack_done"] = True  # and for its acknowledgement of done, then exit without teardown
     if platform is not None and not platform.host_cores_inside:
         payload["cores"] = None  # a guest numbers its vCPUs itself: the platform places the cell
     if cell.network and platform is not None:
@@ -207,6 +220,8 @@ def run_cell(cell: Cell, platform: Platform | None = None,
         if beside is not None:
             window.peers = beside.peers
         targeted = threading.Event()  # the cell's cgroups are known (or will never be)
+        done_marked = threading.Event()  # the end-of-run snapshots are taken
+        acks_done = platform.holds_at_start_line(cell)  # as worker_argv told the worker
 
         def on_mark(kind: str) -> None:
             if kind == "ready":
@@ -217,6 +232,11 @@ def run_cell(cell: Cell, platform: Platform | None = None,
             window.mark(kind)
             if kind == "done":  # probes read the cell's counters when its last phase ends, while its cgroup exists
                 probes.mark("done")
+                done_marked.set()
+                if acks_done and launched.proc.stdin is not None:  # the worker may exit now
+                    with contextlib.suppress(OSError, ValueError):
+                        launched.proc.stdin.write(b"ack\n")
+                        launched.proc.stdin.flush()
 
         reader = _ChannelReader(launched.proc.stdout, on_mark=on_mark)
         reader.start()
@@ -241,6 +261,10 @@ def run_cell(cell: Cell, platform: Platform | None = None,
             except subprocess.TimeoutExpired:
                 status = "timeout"
             ended = time.monotonic()
+            # The worker exits right after its done record (no interpreter teardown): the closing
+            # snapshots read the cell's cgroup, so they must be taken before it is removed.
+            if status == "ok":
+                _await_done_mark(done_marked, reader)
             probe_outcome = probes.stop()
             if status == "ok":
                 info = platform.collect(launched)

@@ -45,6 +45,9 @@ class Workload(ABC):
     #: the summary, each with what it is: "time" (lower is better: reads slower/faster) or "rate"
     #: (higher is better: tokens/s below the baseline's reads slower)
     headline_metrics: ClassVar[dict[str, str]] = {}
+    #: the worker skips the interpreter's teardown after the last record (torch's costs ~1 s of
+    #: every cell's wall time); a user's script keeps it, for its own atexit handlers
+    needs_interpreter_exit: ClassVar[bool] = False
 
     @classmethod
     def artifact_flow(cls, params: WorkloadParams) -> tuple[str | None, str | None]:

@@ -53,6 +53,7 @@ class Script(Workload):
     phases = ("<the names your script gives isobench.phase()>",)
     setup_phases = ("startup", "teardown")
     Params = ScriptParams
+    needs_interpreter_exit = True  # the script's atexit handlers and buffered files
 
     @classmethod
     def item_phases(cls, params: WorkloadParams) -> tuple[str, ...]:
