@@ -109,6 +109,12 @@ def test_fsync_gives_sync_writebacks_and_block_events_of_the_cell(writer_study: 
     assert calls.get("fsync", 0) >= 12  # checkpoint and log, each round
     ranking = _by_label(series(writer_study, "pagefaults", "ranking"), "fsync")
     assert abs(sum(ranking["share"]) - 1) < 1e-9 and any(f.startswith("/") for f in ranking["file"])
+    # the probe's own end, step by step: what it cost the run after the cell
+    from isobench.store import Store
+
+    for cell in Store.open(writer_study).cells():
+        steps = cell["platform_info"]["probes"]["ftrace"]["info"]["stop_steps_s"]
+        assert set(steps) == {"stop_trace", "restore_knobs", "parse", "analyse"} and min(steps.values()) >= 0
 
 
 def test_unsynced_pages_go_out_periodic_from_a_flusher(writer_study: Path) -> None:

@@ -13,6 +13,7 @@ context (fsync) the reason is ``sync``.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -117,14 +118,21 @@ class FtraceProbe(Probe):
     def stop(self) -> ProbeResult:
         assert self.trace is not None
         trace = self.trace
+        steps: dict[str, float] = {}  # what the probe's own end cost, step by step (its overhead)
+        began = time.monotonic()
         trace.stop()
+        steps["stop_trace"] = time.monotonic() - began
         for knob in self.knobs:
             knob.restore()
+        steps["restore_knobs"] = time.monotonic() - began - sum(steps.values())
         try:
             host = parse_file(str(trace.host.trace_file)) if trace.host else None
             cell = parse_file(str(trace.cell.trace_file)) if trace.cell else None
+            steps["parse"] = time.monotonic() - began - sum(steps.values())
             assert trace.sampler is not None
             result = analyse(host, cell, trace.sampler.tgid, trace.lost())
+            steps["analyse"] = time.monotonic() - began - sum(steps.values())
+            result.info["stop_steps_s"] = {name: round(value, 3) for name, value in steps.items()}
             result.info["instances"] = [i.name for i in trace.instances()]
             result.info["trace_bytes"] = sum(i.trace_file.stat().st_size for i in trace.instances()
                                              if i.trace_file.exists())
