@@ -389,6 +389,38 @@ def replicate(paper: Annotated[str, typer.Argument(help="park-bahn-2023, prashan
     replicate_command(paper, out, resume, quick, max_minutes, markdown, as_json, sys.argv)
 
 
+@app.command()
+def explain(directory: Path,
+            out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+                "--out", help="where to write the follow-up study (default: DIRECTORY/explain)")] = None,
+            budget: BudgetOpt = None) -> None:
+    """Test the study's suspected causes: run the interventions its hints name (e.g. the same entry
+    with its data copied in) beside the entries they explain, then say which hints they confirm or refute."""
+    from isobench.analysis.compare import compare
+    from isobench.explain import explain_directory
+    from isobench.report.terminal import print_summary
+    from isobench.runner.study import run_study
+    from isobench.store import Store
+    from isobench.studyfile import with_budget_text
+
+    planned, skipped = explain_directory(directory, out)
+    for line in skipped:
+        console.print(markup("cannot test: {}", line), highlight=False)
+    if planned is None:
+        console.print("no suspected hint in this study names an intervention to run: nothing to explain "
+                      "(hints with an intervention say `isobench explain`)", markup=False, highlight=False)
+        return
+    text, name, target = planned
+    with outlive_reader():
+        try:
+            written = run_study(with_budget_text(text, name, budget), name, target, False, console)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        store = Store.open(written)
+        print_summary(store, [c for c in compare(store) if not c.emulated], console)
+        console.print(markup("follow-up results: [bold]{}[/] (isobench summary {})", written, written))
+
+
 app.command()(platforms)  # listings.py
 app.command()(workloads)
 app.command()(probes)

@@ -9,12 +9,17 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from isobench.analysis import evidence as ev
 from isobench.analysis.compare import Comparison, phase_attribution
 from isobench.analysis.views import Context
 from isobench.analysis.views.faults import fault_table_id, shared_library_share
 from isobench.analysis.views.writeback import writeback_series
+
+#: what stands behind a hint: an intervention in the study removed the cost ("confirmed") or did not
+#: ("refuted"), or there is evidence only and nothing tested it ("suspected")
+STATUSES = ("confirmed", "refuted", "suspected")
 
 
 @dataclass
@@ -23,6 +28,10 @@ class Hint:
     text: str
     #: id of the figure or table in the report that shows the evidence
     figure: str
+    status: str = "suspected"
+    #: the intervention that would test a suspected hint: workload key, entry key and the knobs that
+    #: remove the suspected cause (``isobench explain`` runs it); None when nothing can test it
+    test: dict[str, Any] | None = None
 
 
 def _e2e(ctx: Context) -> list[Comparison]:
@@ -94,8 +103,18 @@ def optimizer(ctx: Context) -> list[Hint]:
     return hints
 
 
+#: ``data_mount`` values that put the data set inside the platform: the data-path intervention
+DATA_INSIDE = {"copy": "copied in", "volume": "on a volume"}
+
+
 def fetch_stall(ctx: Context) -> list[Hint]:
+    """A data phase that holds the extra time. The data path is the suspect; an entry of the same
+    platform with its data inside it (``data_mount: copy`` or ``volume``) is the test: the hint
+    is confirmed when that entry's phase grows clearly less (its interval below the other's), refuted
+    when it still grows and under half the phase's extra time is gone; otherwise it stays suspected. An
+    entry that already has its data inside is never told to copy it in."""
     hints = []
+    plugin = {g.platform_key: g.platform for g in ctx.groups}
     for c in _e2e(ctx):
         if not c.significant or c.ratio <= 1:
             continue
@@ -109,11 +128,46 @@ def fetch_stall(ctx: Context) -> list[Hint]:
         if share < 0.3:
             continue
         figure = f"fig-minibatch-{c.workload}" if stall.metric == "phase.fetch_stall" else f"fig-phases-{c.workload}"
-        hints.append(Hint("data-path", f"{c.workload} on {c.platform}{ctx.on_host(c)}: {stall.metric.removeprefix('phase.')} grows "
-                                       f"{stall.ratio:.2f}× ({stall.baseline_mean * 1e3:.2f} → {stall.mean * 1e3:.2f} ms) "
-                                       f"and holds {share:.0%} of the extra time: the data path (storage, overlay or "
-                                       "bind mount) is slower on this platform; try a volume or copying the data in.",
-                          figure))
+        phase = stall.metric.removeprefix("phase.")
+        grows = (f"{c.workload} on {c.platform}{ctx.on_host(c)}: {phase} grows {stall.ratio:.2f}× "
+                 f"({stall.baseline_mean * 1e3:.2f} → {stall.mean * 1e3:.2f} ms) and holds {share:.0%} of the extra time")
+        inside = DATA_INSIDE.get(str(c.knobs.get("data_mount")))
+        if inside is not None:
+            hints.append(Hint("data-path", f"{grows}, with the data already {inside}: not the data path; the phase's "
+                                           "own work (memory management, system calls) costs more on this platform "
+                                           "(not tested).", figure))
+            continue
+        tested = [p for p in ctx.comparisons if p.metric == stall.metric and p.workload == c.workload
+                  and p.host == c.host and plugin.get(p.label) == plugin.get(c.label) and not p.is_aa
+                  and str(p.knobs.get("data_mount")) in DATA_INSIDE
+                  and {k: v for k, v in p.knobs.items() if k != "data_mount"}
+                  == {k: v for k, v in c.knobs.items() if k != "data_mount"}]
+        if not tested:
+            hints.append(Hint("data-path", f"{grows}: the data path (storage, overlay or bind mount) may be slower on "
+                                           "this platform (not tested; to test it, add the same entry with "
+                                           "`knobs: {data_mount: copy}`, or run `isobench explain`).", figure,
+                              test={"workload": c.workload, "entry": c.label, "knobs": {"data_mount": "copy"}}))
+            continue
+        test = tested[0]
+        how = DATA_INSIDE[str(test.knobs["data_mount"])]
+        extra = stall.mean - stall.baseline_mean
+        removed = (stall.mean - test.mean) / extra if extra > 0 else 0.0
+        clearly_less = test.ci_high is not None and stall.ci_low is not None and test.ci_high < stall.ci_low
+        if clearly_less:
+            hints.append(Hint("data-path", f"{grows}; with the data {how} ({test.label}) it grows {test.ratio:.2f}×: "
+                                           f"the data path is the cause, and moving the data inside removes "
+                                           f"{removed:.0%} of the phase's extra time.", figure,
+                              status="confirmed"))
+        elif test.significant and test.ratio > 1 and removed < 0.5:
+            hints.append(Hint("data-path", f"{grows}; with the data {how} ({test.label}) it still grows "
+                                           f"{test.ratio:.2f}× ({removed:.0%} of the phase's extra time gone, within "
+                                           "the noise): not the data path; the phase's own work "
+                                           "(memory management, system calls) costs more on this platform.", figure,
+                              status="refuted"))
+        else:
+            hints.append(Hint("data-path", f"{grows}: the data path may be slower on this platform (the "
+                                           f"test with the data {how}, {test.label}, did not resolve its {phase}: "
+                                           f"{test.ratio:.2f}×, add repetitions).", figure))
     return hints
 
 

@@ -238,7 +238,8 @@ def render_html(analysis: Analysis) -> str:
         parts.append("<p>None: the host looked tuned and every effect is above the noise floor.</p>")
     parts.append("<h2 id=\"hints\">Why: root-cause hints</h2>")
     if analysis.hints:
-        parts.extend(f"<div class=\"box hint\">{esc(h.text)} <a href=\"#{esc(h.figure)}\">evidence</a></div>"
+        parts.extend(f"<div class=\"box hint\"><strong>{esc(h.status)}</strong>: {esc(h.text)} "
+                     f"<a href=\"#{esc(h.figure)}\">evidence</a></div>"
                      for h in analysis.hints)
     else:
         parts.append("<p>No rule found evidence to explain a difference (rules read probe metrics, phases and "

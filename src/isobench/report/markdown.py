@@ -52,7 +52,7 @@ def render_markdown(analysis: Analysis) -> str:
     out += ["", "## Warnings", ""]
     out += [f"- {md(w.text)}" for w in analysis.warnings] or ["- none"]
     out += ["", "## Root-cause hints", ""]
-    out += [f"- {md(h.text)} (see `{h.figure}`)" for h in analysis.hints] or ["- no rule found evidence"]
+    out += [f"- **{h.status}**: {md(h.text)} (see `{h.figure}`)" for h in analysis.hints] or ["- no rule found evidence"]
     out += ["", "## Tables and figures (numbers)", ""]
     skipped = []
     for view in analysis.views:

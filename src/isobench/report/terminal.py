@@ -251,7 +251,7 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
         if warning.kind != "cells":  # failures are listed above
             console.print(markup("[yellow]warning:[/] {}", warning.text), highlight=False)
     for hint in analysis.hints:
-        console.print(markup("[cyan]why:[/] {}", hint.text), highlight=False)
+        console.print(markup("[cyan]why ({}):[/] {}", hint.status, hint.text), highlight=False)
 
 
 def print_fleet(store: Store, comparisons: list[Comparison], console: Console) -> None:

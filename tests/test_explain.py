@@ -1,0 +1,90 @@
+"""`isobench explain`: a suspected data-path hint names its intervention (the same entry with its
+data copied in); explain writes the follow-up study of exactly what tests it, runs it on real
+platforms, and the follow-up's hint is then confirmed or refuted."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import yaml
+
+from isobench.analysis.summary import analyse
+from isobench.explain import follow_up_study, interventions_of
+from isobench.store import Store
+from isobench.studyfile import load_study_text
+from tests import report_store
+from tests.conftest import need_docker, need_root, run_cli
+
+#: the known store's study with the small design a test run needs: two sequential rounds, no A/A
+SMALL = report_store.STUDY.replace("repetitions: 6\n", "repetitions: 2\nschedule: sequential\naa: false\n"
+                                                       "min_seconds: null\nwarmup_items: 0\n").replace(
+    "params: {steps: 10, batch_size: 8}", "params: {steps: 4, batch_size: 8}")
+
+
+def _stalled_docker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(report_store.EFFECT, "docker", {"fetch_stall": 2.5})
+
+
+def test_the_follow_up_holds_the_baseline_the_aa_the_suspect_and_the_suspect_with_its_data_copied_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _stalled_docker(monkeypatch)
+    store = Store.open(report_store.build(tmp_path / "known"))
+    study = load_study_text(store.meta("study_yaml") or "", "known", check_host=False)
+    tests, skipped = interventions_of(analyse(store, with_views=False).hints, study)
+    assert tests == [{"workload": "lenet-train", "entry": "docker", "knobs": {"data_mount": "copy"}}] and not skipped
+    text, name = follow_up_study(store, tests)
+    follow_up = yaml.safe_load(text)
+    assert name == "known-explain" == follow_up["name"]
+    assert [p.get("label", p["name"]) for p in follow_up["platforms"]] == [
+        "baremetal", "aa", "docker", "docker-data-mount-copy"]  # not docker-pinned, not vm
+    assert follow_up["platforms"][-1]["knobs"] == {"cpus": 1.0, "data_mount": "copy"}
+    assert [w["name"] for w in follow_up["workloads"]] == ["lenet-train"]
+    assert follow_up["repetitions"] == 6 and follow_up["baseline"] == "baremetal"  # the study's own design
+
+
+def test_an_entry_whose_platform_takes_no_data_mount_is_named_and_not_planned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = report_store.STUDY.replace("  - {name: docker, label: vm}\n", "  - {name: baremetal, label: slowdisk, knobs: {cpus: 1.0}}\n")
+    monkeypatch.setitem(report_store.EFFECT, "slowdisk", {"fetch_stall": 2.5})
+    store = Store.open(report_store.build(tmp_path / "known", study_text=text))
+    study = load_study_text(text, "known", check_host=False)
+    tests, skipped = interventions_of(analyse(store, with_views=False).hints, study)
+    assert tests == [] and skipped == ["lenet-train on slowdisk: its platform has no data_mount"]
+
+
+def test_nothing_to_explain_runs_nothing(tmp_path: Path) -> None:
+    known = report_store.build(tmp_path / "known")  # docker's extra time is in the optimizer: no data path
+    done = run_cli("explain", str(known))
+    assert done.returncode == 0 and "nothing to explain" in done.stdout, done.stderr
+    assert not (known / "explain").exists()
+
+
+def test_explain_on_a_directory_without_results_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = run_cli("explain", str(tmp_path / "nothing"))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "fix:" in lines[0] and done.stdout == ""
+
+
+def test_explain_runs_the_intervention_on_real_platforms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    need_root()
+    need_docker()
+    _stalled_docker(monkeypatch)
+    known = report_store.build(tmp_path / "known", study_text=SMALL)
+    done = run_cli("explain", str(known), timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "follow-up results:" in done.stdout
+    with sqlite3.connect(known / "explain" / "isobench.sqlite") as db:
+        rows = db.execute("SELECT platform_key, knobs, status, inside FROM cells WHERE warmup = 0").fetchall()
+    keys = sorted({r[0] for r in rows})
+    assert keys == ["aa", "baremetal", "docker", "docker-data-mount-copy"] and all(r[2] == "ok" for r in rows), rows
+    mounts = {r[0]: json.loads(r[3])["data_mount"] for r in rows}
+    copied = [json.loads(r[1]) for r in rows if r[0] == "docker-data-mount-copy"]
+    assert all(k.get("data_mount") == "copy" for k in copied)
+    # the copied-in entry read its data from inside the container, the other through the bind mount
+    assert mounts["docker-data-mount-copy"] != mounts["docker"], mounts
+    # a second explain would overwrite results: refused, nothing lost
+    again = run_cli("explain", str(known))
+    assert again.returncode == 2 and "--out" in again.stderr
