@@ -1,6 +1,6 @@
 """Is a known effect seen, quiet or beside a neighbour? The default study's configuration, bare
 metal against bare metal with the `slowdown` knob injecting 3% (or --slowdown) of extra CPU work
-into every timed item (the item's own CPU time, spent again ×0.03 on its thread).
+into every timed item (a spin on its thread for 3% of the item's own wall time).
 
 The target: for every workload the ratio's 95% CI excludes 1 and contains 1 + slowdown, with
 or without a neighbour.

@@ -85,7 +85,7 @@ class _Recorder:
     """Per-cell state of the active API: the open item's phases and its start time."""
 
     def __init__(self, ctx: CellContext, slowdown: float = 0.0,
-                 spend_cpu: Callable[[float, float], None] | None = None) -> None:
+                 spend_wall: Callable[[float], float] | None = None) -> None:
         self.ctx = ctx
         self.script_start = time.perf_counter()
         self.started = False  # the first item has opened (``startup`` is recorded once)
@@ -96,11 +96,10 @@ class _Recorder:
         self.stack: list[str] = []
         self.items = 0
         self.block = _StepBlock(self)  # what step() returns: one per cell, nothing allocated per step
-        #: the ``slowdown`` knob: each item spends this fraction of its thread's CPU time again
-        #: (``spend_cpu`` is workloads/timing.py's, passed in: the API imports nothing of isobench)
-        self.slowdown = slowdown if spend_cpu is not None else 0.0
-        self.spend_cpu = spend_cpu
-        self.cpu_start = 0.0
+        #: the ``slowdown`` knob: each item ends by spinning for this fraction of its wall time
+        #: (``spend_wall`` is workloads/timing.py's, passed in: the API imports nothing of isobench)
+        self.slowdown = slowdown if spend_wall is not None else 0.0
+        self.spend_wall = spend_wall
 
     def open(self, now: float) -> None:
         if not self.started:
@@ -110,18 +109,15 @@ class _Recorder:
             now = time.perf_counter()  # start_run's collection (and a duet's start line) is in no item
         self.item_start = now
         self.between_blocks = False
-        if self.slowdown:
-            self.cpu_start = time.thread_time()
 
     def end_item(self) -> float:
         """Close the open item (its slowdown injected first) and return the time it ended."""
-        if self.slowdown and self.spend_cpu is not None:
-            cpu_end = time.thread_time()  # read before the injection's start: it is the item's
+        assert self.item_start is not None
+        if self.slowdown and self.spend_wall is not None:
             began = time.perf_counter()
-            self.spend_cpu(self.slowdown * max(cpu_end - self.cpu_start, 0.0), cpu_end)
+            self.spend_wall(self.slowdown * (began - self.item_start))
             self.phases[INJECTED] = time.perf_counter() - began
         now = time.perf_counter()
-        assert self.item_start is not None
         self.ctx.item(self.phases, now - self.item_start)
         self.items += 1
         self.phases = {}
@@ -220,11 +216,11 @@ def metric(name: str, value: float, unit: str = "") -> None:
 
 
 def activate(ctx: CellContext, slowdown: float = 0.0,
-             spend_cpu: Callable[[float, float], None] | None = None) -> _Recorder:
+             spend_wall: Callable[[float], float] | None = None) -> _Recorder:
     """Route the API to ``ctx`` (the script workload does this in the worker process); with a
-    ``slowdown``, each item ends by ``spend_cpu(slowdown × the item's thread CPU time)``."""
+    ``slowdown``, each item ends by ``spend_wall(slowdown × the item's wall time)``."""
     global _recorder
-    _recorder = _Recorder(ctx, slowdown, spend_cpu)
+    _recorder = _Recorder(ctx, slowdown, spend_wall)
     return _recorder
 
 

@@ -26,11 +26,11 @@ CPU_SYNC_NOOP = "cpu-sync-noop"
 
 #: phase that holds the injected extra work (the ``slowdown`` knob)
 INJECTED = "injected"
-#: fraction: the knob; rate: spin iterations per CPU second of this thread (a running average);
-#: owed: CPU seconds the injections so far fell short of their targets (negative: overshot)
-_slowdown = {"fraction": 0.0, "rate": 0.0, "owed": 0.0}
-#: weight of the latest injection in the running rate
-_RATE_WEIGHT = 0.2
+#: fraction: the knob; owed: wall seconds the injections so far fell short of their targets
+#: (negative: they overshot)
+_slowdown = {"fraction": 0.0, "owed": 0.0}
+#: spin iterations between two reads of the wall clock (a few microseconds here)
+_SPIN_CHUNK = 50
 
 
 def _spin(iterations: int) -> float:
@@ -40,21 +40,17 @@ def _spin(iterations: int) -> float:
     return value
 
 
-def inject_slowdown(fraction: float) -> float:
+def inject_slowdown(fraction: float) -> None:
     """From now on every item timed by a clock from :func:`phase_clock` (and every item of a script)
-    spends ``fraction`` of its own CPU time again as extra CPU work on its thread, in its own
-    ``injected`` phase, so a known effect can be checked for on any host. The item's CPU time
-    (``time.thread_time``) is scaled, and the work is calibrated in iterations per CPU second, not
-    per wall second: beside a busy neighbour the item and the injection both stretch by the share
-    of the core they get, so the ratio stays 1 + fraction (a wall-time calibration added
-    fraction × contention). Returns the spin's rate (iterations per CPU second) measured here."""
-    iterations, rates = 50_000, []  # about 2 ms each here
-    for _ in range(3):
-        began = time.thread_time()
-        _spin(iterations)
-        rates.append(iterations / max(time.thread_time() - began, 1e-9))
-    _slowdown.update(fraction=fraction, rate=sorted(rates)[1], owed=0.0)
-    return _slowdown["rate"]
+    lasts ``fraction`` longer: it ends by spinning on its thread for ``fraction`` of its own wall
+    time, in its own ``injected`` phase, so a known effect can be checked for on any host. What
+    is scaled (the item's wall time) and what is spent (wall time, up to a deadline) are the same
+    quantity, so the item's end-to-end time reads 1 + fraction whether or not a neighbour shares
+    the core. An injection sized in CPU time did not: beside busy loops a short spin stretched
+    by a different factor than the long item it copied (2-3 ms of CPU took 3.4x its CPU time in
+    wall time where the item took 3.0x), and a 20% injection read 1.30-1.33 against items
+    without it."""
+    _slowdown.update(fraction=fraction, owed=0.0)
 
 
 def active_slowdown() -> float:
@@ -62,22 +58,19 @@ def active_slowdown() -> float:
     return _slowdown["fraction"]
 
 
-def spend_cpu(seconds: float, cpu_now: float | None = None) -> None:
-    """Spend about ``seconds`` more CPU time on this thread (``cpu_now``: its CPU clock read just
-    before, to save a read). One spin sized by the running rate, with no clock read inside it:
-    reading the thread's CPU clock is a system call, and there the scheduler may preempt a thread
-    whose slice is spent, so reads inside the injection made it lose the core more often than
-    the item it copies (measured: 2.2-2.4x its CPU time in wall time beside a busy loop, against
-    2.0x for the item). What one injection misses of its target is owed to the next, so a cell's
-    injections add up to their targets whatever the rate's error."""
-    began = time.thread_time() if cpu_now is None else cpu_now
+def spend_wall(seconds: float) -> float:
+    """Spin on this thread until ``seconds`` of wall time, plus what earlier injections owe, have
+    passed; return the time spent. A spin that loses the core at its deadline ends late, by as
+    long as the scheduler keeps it off: that overshoot is owed back by the next injection, so a
+    cell's injections add up to their targets."""
+    began = now = time.perf_counter()
     target = seconds + _slowdown["owed"]
-    iterations = int(target * _slowdown["rate"]) if target > 0 else 0
-    _spin(iterations)
-    spent = time.thread_time() - began
-    _slowdown["owed"] = target - spent
-    if iterations >= 2_000 and spent > 0:
-        _slowdown["rate"] += _RATE_WEIGHT * (iterations / spent - _slowdown["rate"])
+    deadline = began + target
+    while now < deadline:
+        _spin(_SPIN_CHUNK)
+        now = time.perf_counter()
+    _slowdown["owed"] = target - (now - began)
+    return now - began
 
 
 def wait_wall(seconds: float) -> None:
@@ -124,29 +117,20 @@ class PhaseClock:
 
 
 class InjectingPhaseClock(PhaseClock):
-    """A PhaseClock whose ``stop()`` first spends the slowdown's fraction of the item's CPU time
-    (its thread's, from ``start()`` to the last lap) again, as the ``injected`` phase. A class
-    of its own, picked by :func:`phase_clock`, so a clock without the knob reads no CPU clock."""
+    """A PhaseClock whose ``stop()`` first spins for the slowdown's fraction of the item's wall
+    time (from ``start()`` to the last lap), as the ``injected`` phase. A class of its own,
+    picked by :func:`phase_clock`, so a clock without the knob carries no branch for it."""
 
-    __slots__ = ("_cpu_start", "_fraction")
+    __slots__ = ("_fraction",)
 
     def __init__(self, mode: str = CLOCK) -> None:
         super().__init__(mode)
         self._fraction = _slowdown["fraction"]
-        self._cpu_start = 0.0
-
-    def start(self) -> None:
-        super().start()
-        self._cpu_start = time.thread_time()
 
     def stop(self) -> tuple[dict[str, float], float]:
         marks = self._marks
         if marks:
-            cpu_end = time.thread_time()
-            # The last phase ends after that read, as the item's start is after its first: a
-            # preemption the read lets in then lands in the item, not in the injection.
-            marks[-1] = (marks[-1][0], self._clock())
-            spend_cpu(self._fraction * max(cpu_end - self._cpu_start, 0.0), cpu_end)
+            spend_wall(self._fraction * (marks[-1][1] - self._start))
             self.lap(INJECTED)
         return super().stop()
 

@@ -98,7 +98,8 @@ def main(argv: list[str]) -> int:
         if slowdown:
             from isobench.workloads.timing import inject_slowdown
 
-            ctx.note(slowdown=slowdown, slowdown_rate=inject_slowdown(float(slowdown)))
+            inject_slowdown(float(slowdown))
+            ctx.note(slowdown=slowdown)
         workload_cls().run(params, ctx)
         extra = {}
         if "torch" in workload_cls.imports:
