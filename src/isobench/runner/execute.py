@@ -81,19 +81,12 @@ def _number(value: Any) -> bool:
 DONE_MARK_WAIT_S = 5.0
 
 
-def _await_done_mark(done_marked: threading.Event, reader: threading.Thread) -> None:
-    """Wait until the done record's snapshots are taken, the channel has ended without one, or
-    DONE_MARK_WAIT_S passed (a grandchild that keeps the pipe open must not hold the cell)."""
-    deadline = time.monotonic() + DONE_MARK_WAIT_S
-    while not done_marked.is_set() and reader.is_alive() and time.monotonic() < deadline:
-        done_marked.wait(0.02)
-
-
 class _ChannelReader(threading.Thread):
-    def __init__(self, stream: Any, on_mark: Any = None) -> None:
+    def __init__(self, stream: Any, on_mark: Any = None, on_end: Any = None) -> None:
         super().__init__(daemon=True)
         self.stream = stream
         self.on_mark = on_mark  # called with the kind of each landmark record: ready, run_start, done
+        self.on_end = on_end  # called once the stream has ended
         self.records: list[dict[str, Any]] = []
         self.first_record_at: float | None = None
         self.garbage = 0
@@ -101,6 +94,13 @@ class _ChannelReader(threading.Thread):
         self.problem: str | None = None
 
     def run(self) -> None:
+        try:
+            self._read()
+        finally:
+            if self.on_end is not None:
+                self.on_end()
+
+    def _read(self) -> None:
         total = 0
         while True:
             raw = self.stream.readline(MAX_RECORD_BYTES + 1)  # bounded: a line without end is cut
@@ -166,11 +166,16 @@ class _ChannelReader(threading.Thread):
         return None
 
 
+def _at_start_line(cell: Cell, platform: Platform | None) -> bool:
+    """Whether the worker waits for the runner's go on stdin before measuring, and for its
+    acknowledgement of the done record before it exits without teardown (a duet member)."""
+    return platform is not None and platform.holds_at_start_line(cell)
+
+
 def worker_argv(cell: Cell, platform: Platform | None = None) -> list[str]:
     payload = cell.worker_payload()
-    if platform is not None and platform.holds_at_start_line(cell):
-        payload["start_line"] = True  # wait for the runner's go on stdin before measuring
-        payload["ack_done"] = True  # and for its acknowledgement of done, then exit without teardown
+    if _at_start_line(cell, platform):
+        payload["start_line"] = payload["ack_done"] = True
     if platform is not None and not platform.host_cores_inside:
         payload["cores"] = None  # a guest numbers its vCPUs itself: the platform places the cell
     if cell.network and platform is not None:
@@ -220,8 +225,9 @@ def run_cell(cell: Cell, platform: Platform | None = None,
         if beside is not None:
             window.peers = beside.peers
         targeted = threading.Event()  # the cell's cgroups are known (or will never be)
-        done_marked = threading.Event()  # the end-of-run snapshots are taken
-        acks_done = platform.holds_at_start_line(cell)  # as worker_argv told the worker
+        # the end-of-run snapshots are taken, or the channel ended without a done record
+        settled = threading.Event()
+        acks_done = _at_start_line(cell, platform)
 
         def on_mark(kind: str) -> None:
             if kind == "ready":
@@ -232,13 +238,13 @@ def run_cell(cell: Cell, platform: Platform | None = None,
             window.mark(kind)
             if kind == "done":  # probes read the cell's counters when its last phase ends, while its cgroup exists
                 probes.mark("done")
-                done_marked.set()
+                settled.set()
                 if acks_done and launched.proc.stdin is not None:  # the worker may exit now
                     with contextlib.suppress(OSError, ValueError):
                         launched.proc.stdin.write(b"ack\n")
                         launched.proc.stdin.flush()
 
-        reader = _ChannelReader(launched.proc.stdout, on_mark=on_mark)
+        reader = _ChannelReader(launched.proc.stdout, on_mark=on_mark, on_end=settled.set)
         reader.start()
         driver = start_host_driver(cell, platform, launched, reader.records)  # serving: load from the host
         status = "ok"
@@ -263,8 +269,9 @@ def run_cell(cell: Cell, platform: Platform | None = None,
             ended = time.monotonic()
             # The worker exits right after its done record (no interpreter teardown): the closing
             # snapshots read the cell's cgroup, so they must be taken before it is removed.
+            # (a grandchild that keeps the pipe open must not hold the cell: DONE_MARK_WAIT_S at most)
             if status == "ok":
-                _await_done_mark(done_marked, reader)
+                settled.wait(DONE_MARK_WAIT_S)
             probe_outcome = probes.stop()
             if status == "ok":
                 info = platform.collect(launched)
