@@ -32,10 +32,11 @@ def test_the_follow_up_holds_the_baseline_the_aa_the_suspect_and_the_suspect_wit
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _stalled_docker(monkeypatch)
     store = Store.open(report_store.build(tmp_path / "known"))
-    study = load_study_text(store.meta("study_yaml") or "", "known", check_host=False)
+    stored = store.meta("study_yaml") or ""
+    study = load_study_text(stored, "known", check_host=False)
     tests, skipped = interventions_of(analyse(store, with_views=False).hints, study)
     assert tests == [{"workload": "lenet-train", "entry": "docker", "knobs": {"data_mount": "copy"}}] and not skipped
-    text, name = follow_up_study(store, tests)
+    text, name = follow_up_study(stored, study, "known", tests)
     follow_up = yaml.safe_load(text)
     assert name == "known-explain" == follow_up["name"]
     assert [p.get("label", p["name"]) for p in follow_up["platforms"]] == [

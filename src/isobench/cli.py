@@ -81,10 +81,7 @@ def run(ctx: typer.Context, study: StudyArg = None,
                                                              "of `isobench summary --json` on stdout")] = False,
         ) -> None:
     """Run a study (or, with --script, your own script on bare metal and Docker) and print its result table."""
-    from isobench.analysis.compare import compare
-    from isobench.report.terminal import print_summary
     from isobench.runner.study import run_study
-    from isobench.store import Store
 
     study = study or study_opt
     if script is not None:  # every positional (and anything after --) belongs to the script
@@ -120,10 +117,19 @@ def run(ctx: typer.Context, study: StudyArg = None,
             err_console.print(f"results: {directory} (isobench summary {directory})", markup=False,
                               highlight=False)
             return
-        store = Store.open(directory)
-        # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
-        print_summary(store, [c for c in compare(store) if not c.emulated], console)
-        console.print(markup("results: [bold]{}[/] (isobench summary {})", directory, directory))
+        _print_results(directory, "results")
+
+
+def _print_results(directory: Path, label: str) -> None:
+    """A finished run's closing lines: its summary, then where its results are."""
+    from isobench.analysis.compare import compare
+    from isobench.report.terminal import print_summary
+    from isobench.store import Store
+
+    store = Store.open(directory)
+    # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
+    print_summary(store, [c for c in compare(store) if not c.emulated], console)
+    console.print(markup(label + ": [bold]{}[/] (isobench summary {})", directory, directory))
 
 
 @app.command()
@@ -396,11 +402,8 @@ def explain(directory: Path,
             budget: BudgetOpt = None) -> None:
     """Test the study's suspected causes: run the interventions its hints name (e.g. the same entry
     with its data copied in) beside the entries they explain, then say which hints they confirm or refute."""
-    from isobench.analysis.compare import compare
     from isobench.explain import explain_directory
-    from isobench.report.terminal import print_summary
     from isobench.runner.study import run_study
-    from isobench.store import Store
     from isobench.studyfile import with_budget_text
 
     planned, skipped = explain_directory(directory, out)
@@ -416,9 +419,7 @@ def explain(directory: Path,
             written = run_study(with_budget_text(text, name, budget), name, target, False, console)
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
-        store = Store.open(written)
-        print_summary(store, [c for c in compare(store) if not c.emulated], console)
-        console.print(markup("follow-up results: [bold]{}[/] (isobench summary {})", written, written))
+        _print_results(written, "follow-up results")
 
 
 app.command()(platforms)  # listings.py

@@ -51,13 +51,11 @@ def intervention_label(entry: str, knobs: dict[str, Any]) -> str:
     return "-".join([entry, *(f"{k.replace('_', '-')}-{v}" for k, v in sorted(knobs.items()))])[:64]
 
 
-def follow_up_study(store: Store, tests: list[dict[str, Any]]) -> tuple[str, str]:
-    """(the follow-up study's text, its name): the stored study with only the workloads and the
-    platform entries the tests need, plus one entry per intervention."""
-    text = store.meta("study_yaml") or ""
-    file = f"{store.directory} (stored study)"
+def follow_up_study(text: str, study: Study, file: str, tests: list[dict[str, Any]]) -> tuple[str, str]:
+    """(the follow-up study's text, its name): the stored study (``text``, loaded as ``study``
+    from ``file``) with only the workloads and the platform entries the tests need, plus one
+    entry per intervention."""
     raw = parse_study_yaml(text, file)
-    study = load_study_text(text, file, check_host=False)
     baseline = study.baseline or study.platforms[0].key
     wanted_workloads = {t["workload"] for t in tests}
     wanted_entries = {t["entry"] for t in tests}
@@ -88,14 +86,14 @@ def explain_directory(directory: Path, out: Path | None) -> tuple[tuple[str, str
     from isobench.analysis.summary import analyse
 
     store = Store.open(directory)
-    text = store.meta("study_yaml") or ""
-    tests, skipped = interventions_of(analyse(store, with_views=False).hints,
-                              load_study_text(text, f"{directory} (stored study)", check_host=False))
+    text, file = store.meta("study_yaml") or "", f"{directory} (stored study)"
+    study = load_study_text(text, file, check_host=False)
+    tests, skipped = interventions_of(analyse(store, with_views=False).hints, study)
     if not tests:
         return None, skipped
     target = out if out is not None else directory / "explain"
     if target.exists() and any(target.iterdir()):
         raise UserError("the follow-up study's directory already holds results", file=str(target),
                         fix="give another --out, or read it with `isobench summary`")
-    text, name = follow_up_study(store, tests)
+    text, name = follow_up_study(text, study, file, tests)
     return (text, name, target), skipped

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from isobench.analysis import evidence as ev
 from isobench.analysis.compare import Comparison, phase_attribution
@@ -19,7 +19,7 @@ from isobench.analysis.views.writeback import writeback_series
 
 #: what stands behind a hint: an intervention in the study removed the cost ("confirmed") or did not
 #: ("refuted"), or there is evidence only and nothing tested it ("suspected")
-STATUSES = ("confirmed", "refuted", "suspected")
+HintStatus = Literal["confirmed", "refuted", "suspected"]
 
 
 @dataclass
@@ -28,7 +28,7 @@ class Hint:
     text: str
     #: id of the figure or table in the report that shows the evidence
     figure: str
-    status: str = "suspected"
+    status: HintStatus = "suspected"
     #: the intervention that would test a suspected hint: workload key, entry key and the knobs that
     #: remove the suspected cause (``isobench explain`` runs it); None when nothing can test it
     test: dict[str, Any] | None = None
