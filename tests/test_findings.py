@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from isobench.analysis.finding_power import DESIGN_UNTESTABLE, FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE
 from isobench.analysis.finding_spec import PAPERS, load_findings, parse_findings
-from isobench.analysis.findings import DESIGN_UNTESTABLE, FAILS, HOLDS, INCONCLUSIVE, UNTESTABLE, evaluate
+from isobench.analysis.findings import evaluate
 from isobench.errors import UserError
 from isobench.replicate.capabilities import missing_capabilities
 from tests import report_store

@@ -20,12 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from isobench.analysis.finding_power import UNTESTABLE
 from isobench.analysis.finding_rules import recorded_rules, rule_hash
 from isobench.analysis.finding_spec import Finding, PaperFindings
 from isobench.store import Store
 
 if TYPE_CHECKING:
-    from isobench.analysis.findings import FindingResult
+    from isobench.analysis.finding_result import FindingResult
 
 NO_REASON = "no reason written"
 
@@ -114,7 +115,6 @@ def runsc_platforms(directories: list[Path]) -> list[str]:
 
 
 def _note_runsc(finding: Finding, paper: PaperFindings, result: FindingResult, directories: dict[str, Path]) -> None:
-    from isobench.analysis.findings import UNTESTABLE
 
     cited = finding.runsc_platform
     if cited is None or result.verdict == UNTESTABLE:
