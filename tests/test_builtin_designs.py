@@ -23,6 +23,7 @@ from isobench.studyfile import builtin_studies, load_study_text, resolve_study_t
 #: study -> the schedule its file documents; a sequential one says why at its top
 SCHEDULES = {
     "default": "duet",
+    "gpu-containers": "sequential",  # one GPU
     "layers": "duet",
     "llm": "duet",
     "park-bahn-2023": "sequential",   # tenant groups, host-wide kernel evidence

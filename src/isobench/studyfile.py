@@ -278,11 +278,32 @@ def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
         except ValueError as err:
             raise UserError(str(err), file=file, field=field) from None
 
+    _check_platform_workloads(study, file)
     keys = [p.key for p in study.platforms]
     if study.baseline not in keys:
         raise UserError(f"baseline {study.baseline!r} names no platform entry", file=file,
                         field="baseline", fix=f"use one of {', '.join(keys)}")
     return study
+
+
+def _check_platform_workloads(study: Study, file: str) -> None:
+    """Each platform entry can run each workload's parameters (every sweep value): e.g. an entry
+    that passes no GPU in refuses `device: cuda` here, before any cell starts."""
+    from isobench.platforms import PLATFORMS
+
+    for w_index, workload in enumerate(study.workloads):
+        sweep_keys = sorted(workload.sweep)
+        for values in itertools.product(*(workload.sweep[k] for k in sweep_keys)):
+            params = {**workload.params, **dict(zip(sweep_keys, values, strict=True))}
+            for p_index, entry in enumerate(study.platforms):
+                try:
+                    PLATFORMS.get(entry.name).validate_workload(entry, params)
+                except ValueError as err:
+                    message, _, fix = str(err).partition(" (fix: ")
+                    name, _, problem = message.partition(": ")
+                    raise UserError(f"{problem or name} (workloads[{w_index}], {workload.key})", file=file,
+                                    field=f"platforms[{p_index}].{name}" if problem else f"platforms[{p_index}]",
+                                    fix=fix.removesuffix(")") or None) from None
 
 
 def expanded_size(raw: Any, limit: int) -> int:

@@ -74,6 +74,11 @@ class Platform(ABC):
             raise ValueError(f"image: {cls.name} takes no image (fix: remove `image`)")
 
     @classmethod
+    def validate_workload(cls, entry: PlatformEntry, params: dict[str, Any]) -> None:
+        """Raise ValueError("field: problem (fix: ...)") when this entry cannot run a workload with
+        these parameters (e.g. ``device: cuda`` on an entry that passes no GPU in). Default: any."""
+
+    @classmethod
     def validate_knobs(cls, knobs: dict[str, Any]) -> None:
         """Raise ValueError("knobs.<knob>: problem (fix: ...)") for a cell's knob set this platform rejects."""
         foreign = {k for k, v in knobs.items() if v is not None} - cls.knobs - PLACEMENT_AND_HOST_KNOBS

@@ -45,11 +45,19 @@ def _collapse(paths: list[Path]) -> list[Path]:
     return sorted(result)
 
 
+def python_path() -> list[str]:
+    """The host's ``PYTHONPATH`` directories (absolute, existing): packages a host process imports
+    from outside the interpreter's prefixes, so a mirrored cell must see and search them too."""
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return [e for e in entries if e and os.path.isabs(e) and os.path.isdir(e)]
+
+
 @cache
 def mirror_paths() -> tuple[str, ...]:
     """Host directories to bind read-only at the same path inside the container."""
     candidates = [Path("/usr"), Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(),
-                  Path(sys.prefix), _project_root(), Path(sys.executable).resolve().parent]
+                  Path(sys.prefix), _project_root(), Path(sys.executable).resolve().parent,
+                  *(Path(e) for e in python_path())]
     # Non-/usr libraries the interpreter links against live in /etc/ld.so.cache's dirs; on
     # Debian they are all under /usr, and /lib* are symlinks into it.
     return tuple(str(p) for p in _collapse([c for c in candidates if c.exists()]))
@@ -63,23 +71,30 @@ def python_inside() -> str:
 def container_env(extra_path: str | None = None) -> dict[str, str]:
     bindir = str(Path(sys.executable).parent)
     path = ":".join(p for p in (extra_path, bindir, "/usr/local/bin", "/usr/bin", "/bin") if p)
-    return {"PATH": path, "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-            "LANG": "C.UTF-8", "XDG_CACHE_HOME": "/tmp/.cache"}
+    env = {"PATH": path, "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+           "LANG": "C.UTF-8", "XDG_CACHE_HOME": "/tmp/.cache"}
+    if python_path():  # a host whose packages come through PYTHONPATH (mirrored above): the same imports
+        env["PYTHONPATH"] = os.pathsep.join(python_path())
+    return env
 
 
-def _skeleton_spec(extra_mountpoints: tuple[str, ...]) -> dict[str, object]:
-    return {"dirs": SKELETON_DIRS, "links": SKELETON_LINKS, "files": SKELETON_FILES,
-            "mountpoints": sorted(set(mirror_paths()) | set(extra_mountpoints)), "v": 1}
+def _skeleton_spec(extra_mountpoints: tuple[str, ...], file_mountpoints: tuple[str, ...] = ()) -> dict[str, object]:
+    spec: dict[str, object] = {"dirs": SKELETON_DIRS, "links": SKELETON_LINKS, "files": SKELETON_FILES,
+                               "mountpoints": sorted(set(mirror_paths()) | set(extra_mountpoints)), "v": 1}
+    if file_mountpoints:  # only then: the digests of skeletons without any stay as they were
+        spec["file_mountpoints"] = sorted(set(file_mountpoints))
+    return spec
 
 
-def skeleton_digest(extra_mountpoints: tuple[str, ...] = ()) -> str:
-    spec = json.dumps(_skeleton_spec(extra_mountpoints), sort_keys=True)
+def skeleton_digest(extra_mountpoints: tuple[str, ...] = (), file_mountpoints: tuple[str, ...] = ()) -> str:
+    spec = json.dumps(_skeleton_spec(extra_mountpoints, file_mountpoints), sort_keys=True)
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 
 
-def build_skeleton(extra_mountpoints: tuple[str, ...] = ()) -> Path:
-    """Create (once, cached by content) the skeleton root filesystem directory."""
-    digest = skeleton_digest(extra_mountpoints)
+def build_skeleton(extra_mountpoints: tuple[str, ...] = (), file_mountpoints: tuple[str, ...] = ()) -> Path:
+    """Create (once, cached by content) the skeleton root filesystem directory. ``file_mountpoints``
+    are empty files a single host file is bound over (e.g. ``/etc/ld.so.cache``)."""
+    digest = skeleton_digest(extra_mountpoints, file_mountpoints)
     target = cache_root() / "rootfs" / digest
     if target.is_dir():
         return target
@@ -96,6 +111,10 @@ def build_skeleton(extra_mountpoints: tuple[str, ...] = ()) -> Path:
     # Mount points must exist in a read-only root: create them in the skeleton itself.
     for mountpoint in _skeleton_spec(extra_mountpoints)["mountpoints"]:  # type: ignore[union-attr]
         (tmp / str(mountpoint).lstrip("/")).mkdir(parents=True, exist_ok=True)
+    for mountpoint in file_mountpoints:
+        file = tmp / mountpoint.lstrip("/")
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_bytes(b"")
     try:
         tmp.rename(target)
     except OSError:  # another process won the race: use its copy

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -22,6 +23,7 @@ from isobench.platforms.base import (
     kill_process_group,
 )
 from isobench.platforms.cgroups import CGROUP_ROOT, CellCgroup, prune_empty
+from isobench.platforms.gpus import LD_SO_CACHE, GpuPassthrough, gpu_passthrough, gpu_selection
 from isobench.platforms.hostmirror import build_skeleton, cell_mounts, container_env, data_root
 from isobench.platforms.runsc import runsc_platform
 from isobench.platforms.seccomp import default_profile
@@ -36,6 +38,8 @@ CAPABILITIES = [
     "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
     "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 ]
+#: the options an oci entry takes
+OPTIONS = frozenset({"gpus"})
 
 
 def _needs_private_cgroup_view(runtime: str) -> bool:
@@ -57,7 +61,7 @@ def runtime_argv(runtime: str, *args: str) -> list[str]:
 
 
 def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
-                  runtime: str) -> dict[str, Any]:
+                  runtime: str, gpu: GpuPassthrough | None = None) -> dict[str, Any]:
     knobs = Knobs(**cell.effective_knobs())
     mounts: list[dict[str, Any]] = [
         {"destination": "/proc", "type": "proc", "source": "proc"},
@@ -84,6 +88,19 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
         mounts.append({"destination": cell.artifacts_dir, "type": "bind", "source": cell.artifacts_dir,
                        "options": ["rbind", artifacts_mode(cell), "nosuid", "nodev"]})
     resources: dict[str, Any] = {"devices": [{"allow": False, "access": "rwm"}]}
+    env = container_env()
+    if gpu is not None:  # as `docker run --gpus`: the driver's nodes, allowed, and its libraries found
+        for directory in gpu.library_mounts:
+            mounts.append({"destination": directory, "type": "bind", "source": directory,
+                           "options": ["rbind", "ro", "nosuid", "nodev"]})
+        if gpu.ld_so_cache:
+            mounts.append({"destination": LD_SO_CACHE, "type": "bind", "source": LD_SO_CACHE,
+                           "options": ["bind", "ro", "nosuid", "nodev"]})
+        resources["devices"] += [{"allow": True, "type": "c", "major": d["major"], "minor": d["minor"],
+                                  "access": "rwm"} for d in gpu.devices]
+        if gpu.library_path:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(gpu.library_path)
+        env.update(gpu.env)
     if knobs.cpus is not None or knobs.cpuset is not None:
         cpu: dict[str, Any] = {}
         if knobs.cpus is not None:
@@ -95,7 +112,6 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
         resources["cpu"] = cpu
     if knobs.memory is not None:
         resources["memory"] = {"limit": knobs.memory_bytes(), "swap": knobs.memory_bytes()}
-    env = container_env()
     linux: dict[str, Any] = {
         "resources": resources,
         "cgroupsPath": cgroups_path,
@@ -108,6 +124,8 @@ def bundle_config(cell: Cell, argv: list[str], rootfs: Path, cgroups_path: str,
         "readonlyPaths": ["/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
                           "/proc/sysrq-trigger"],
     }
+    if gpu is not None:
+        linux["devices"] = gpu.devices
     if knobs.seccomp != "unconfined":
         linux["seccomp"] = default_profile()
     return {
@@ -150,9 +168,28 @@ class Oci(Platform):
                              f"(fix: use one of {', '.join(RUNTIMES)})")
         if entry.image is not None:
             raise ValueError("image: oci runs the host mirror only (fix: use the docker platform for images)")
+        unknown = set(entry.options) - OPTIONS
+        if unknown:
+            raise ValueError(f"options: oci takes no option {sorted(unknown)[0]!r} "
+                             f"(fix: use {', '.join(sorted(OPTIONS))})")
+        if "gpus" in entry.options:
+            gpu_selection(entry.options["gpus"])
+            if entry.runtime == "runsc":
+                raise ValueError("options.gpus: isobench passes GPUs to runc and crun only, not to runsc "
+                                 "(fix: use runtime: runc or crun, or drop `gpus`)")
+
+    @classmethod
+    def validate_workload(cls, entry: PlatformEntry, params: dict[str, Any]) -> None:
+        if params.get("device") == "cuda" and "gpus" not in entry.options:
+            raise ValueError("options.gpus: the workload asks for `device: cuda`, and this oci entry passes no GPU in "
+                             "(fix: add `options: {gpus: all}` to the entry, or use `device: cpu`)")
 
     def runtime(self) -> str:
         return self.entry.runtime or "runc"
+
+    def gpus(self) -> str | list[int] | None:
+        """``options.gpus``: the GPUs passed in (``all`` or indices), or None."""
+        return gpu_selection(self.entry.options["gpus"]) if "gpus" in self.entry.options else None
 
     def default_display(self) -> str:
         return f"oci/{self.runtime()}"
@@ -171,6 +208,13 @@ class Oci(Platform):
         if _needs_private_cgroup_view(runtime) and shutil.which("unshare") is None:
             return Availability(False, "crun needs `unshare` (util-linux) on this hybrid-cgroup host")
         notes = []
+        selection = self.gpus()
+        if selection is not None:
+            try:
+                gpu = gpu_passthrough(selection)
+            except ValueError as err:
+                return Availability(False, str(err))
+            notes.append("GPU passthrough: " + ", ".join(d["path"] for d in gpu.devices))
         if _needs_private_cgroup_view(runtime):
             notes.append("hybrid cgroups: crun runs in a private mount namespace without the cgroup2 mount")
         if runtime == "runsc":
@@ -179,12 +223,29 @@ class Oci(Platform):
 
     def fingerprint(self) -> dict[str, Any]:
         runtime = self.runtime()
-        return {"runtime": runtime, "version": tool_version([runtime, "--version"]),
-                "cgroup_workaround": "private mount namespace without the cgroup2 mount"
-                if _needs_private_cgroup_view(runtime) else None}
+        info: dict[str, Any] = {"runtime": runtime, "version": tool_version([runtime, "--version"]),
+                                "cgroup_workaround": "private mount namespace without the cgroup2 mount"
+                                if _needs_private_cgroup_view(runtime) else None}
+        if self.gpus() is not None:
+            info["gpus"] = self.gpus()
+        return info
+
+    def _gpu(self) -> GpuPassthrough | None:
+        """The entry's GPU passthrough on this host (found once), or None without ``options.gpus``."""
+        selection = self.gpus()
+        if selection is None:
+            return None
+        if getattr(self, "_gpu_passthrough", None) is None:
+            self._gpu_passthrough = gpu_passthrough(selection)
+        return self._gpu_passthrough
+
+    def _skeleton(self, extra: tuple[str, ...] = ()) -> Path:
+        gpu = self._gpu()
+        files = (LD_SO_CACHE,) if gpu is not None and gpu.ld_so_cache else ()
+        return build_skeleton((str(data_root()), *extra, *(gpu.library_mounts if gpu else ())), files)
 
     def prepare(self) -> None:
-        self.rootfs = build_skeleton((str(data_root()),))
+        self.rootfs = self._skeleton()
         (STATE_ROOT / self.runtime()).mkdir(parents=True, exist_ok=True)
 
     def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
@@ -194,16 +255,16 @@ class Oci(Platform):
         bundle = STATE_ROOT / "bundles" / container_id
         bundle.mkdir(parents=True, exist_ok=True)
         cgroups_path = f"/isobench/{runner_tag()}/{container_id}"
-        rootfs = getattr(self, "rootfs", None) or build_skeleton((str(data_root()),))
+        rootfs = getattr(self, "rootfs", None) or self._skeleton()
         if runtime == "runsc":
             # runsc, unlike runc, does not fill an empty v1 cpuset parent: do it for it.
             ensure_cpuset_parent(Path(cgroups_path).parent)
         if cell.mounts:  # the root is read-only: the script directory's mount point must exist in it
-            rootfs = build_skeleton((str(data_root()), *cell.mounts))
+            rootfs = self._skeleton(tuple(cell.mounts))
         if cell.artifacts_dir:  # likewise the artifacts directory's
-            rootfs = build_skeleton((str(data_root()), *cell.mounts, cell.artifacts_dir))
+            rootfs = self._skeleton((*cell.mounts, cell.artifacts_dir))
         self.network_mode(cell)  # refuses what cannot work before anything starts
-        config = bundle_config(cell, argv, rootfs, cgroups_path, runtime)
+        config = bundle_config(cell, argv, rootfs, cgroups_path, runtime, self._gpu())
         (bundle / "config.json").write_text(json.dumps(config, indent=1))
         cmd = runtime_argv(runtime, "run", "--bundle", str(bundle), container_id)
         started = time.monotonic()

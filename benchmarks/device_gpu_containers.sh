@@ -1,0 +1,176 @@
+#!/bin/bash
+# The GPU-in-containers check on a lent GPU host (no container engine, no internet), run once
+# from the repository root with $OUT an empty folder whose files come back:
+#
+#   OUT=/some/dir bash benchmarks/device_gpu_containers.sh
+#
+# Carried beside the checkout (benchmarks/prepare_gpu_oci_carry.sh fills both): .whl/ (pydantic
+# and its dependencies for Python 3.12) and .gpuoci/ (runc, crun and their libraries). Steps:
+# the host's GPU facts; wheels into .site (under the project, which every container cell sees;
+# the containers' /tmp is their own tmpfs); the runtimes on PATH; one container per runtime
+# through isobench's own oci code with the GPU passed in (benchmarks/gpu_oci_smoke.py); then the
+# built-in study gpu-containers (entries whose runtime failed the smoke test are left out), its
+# summary, report and results. Every step is time-bounded and a failed step does not stop the
+# next; $OUT/log.txt has everything, each step ending in a line `=== [step] rc=N`.
+set -u
+OUT=${OUT:-/tmp/gpuout}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+RESULTS=/tmp/gpuc
+RUN_LIMIT=${RUN_LIMIT:-300}        # seconds for the study (stopped cleanly by SIGTERM past it)
+STEPS=""
+T0=$(date +%s)
+
+step() {  # step NAME SECONDS CMD...: run, bounded, record the status, never stop the script
+    local name=$1 limit=$2
+    shift 2
+    echo
+    echo "=== [$name] start $(date +%T) (+$(( $(date +%s) - T0 )) s), limit ${limit}s"
+    timeout -k 15 "$limit" "$@"
+    local rc=$?
+    [ "$rc" = 124 ] && echo "(timed out after ${limit}s)"
+    echo "=== [$name] rc=$rc"
+    STEPS="$STEPS $name=$rc"
+    return "$rc"
+}
+
+PY=${PY:-python3}   # the GPU host's: /opt/torch/.venv/bin/python3 (PY= overrides, for a try elsewhere)
+[ "$PY" = python3 ] && [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+export PATH="$ROOT/.gpuoci/bin:$PATH:/usr/local/nvidia/bin"
+export PYTHONPATH="$ROOT/.site:$ROOT/src"
+export PYTHONDONTWRITEBYTECODE=1
+ISOB=/tmp/isobench-cli   # `isobench` without installing it: the checkout's src/ is on PYTHONPATH
+printf '#!/bin/sh\nexec "%s" -c %s "$@"\n' "$PY" \
+    "'import sys; sys.argv[0] = \"isobench\"; from isobench.cli import main; sys.exit(main())'" > "$ISOB"
+chmod 755 "$ISOB"
+
+# -- the host ---------------------------------------------------------------------------------
+step host 60 bash -c '
+    echo "uname: $(uname -r) | $(nproc) cores | $(grep -m1 "model name" /proc/cpuinfo)"; free -g | head -2
+    nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    ls -l /dev/nvidia* /dev/nvidia-caps 2>&1
+    echo "libcuda / libnvidia-ml as the loader cache has them:"; ldconfig -p | grep -E "libcuda\.|libnvidia-ml\." || echo "  (none)"
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; ls /usr/local/nvidia 2>&1 | head
+    echo "cgroups:"; mount | grep -E "cgroup|/run |/tmp " ; cat /proc/self/cgroup
+    echo "/sys/fs/cgroup/cgroup.controllers: $(cat /sys/fs/cgroup/cgroup.controllers 2>&1)"
+    echo "writable: /run $(test -w /run && echo yes || echo no), /var/cache $(test -w /var/cache && echo yes || echo no)"
+    df -h /tmp . | tail -2'
+step python 60 "$PY" -c 'import sys, torch; print(sys.version); print(sys.executable, sys.prefix, sys.base_prefix)
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no device")'
+
+# -- isobench's missing packages, the runtimes -----------------------------------------------------
+install_wheels() {
+    rm -rf "$ROOT/.site"
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$ROOT/.site" "$ROOT"/.whl/*.whl \
+        || { echo "pip failed: unpacking the wheels instead"
+             "$PY" -c 'import glob, sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in glob.glob(sys.argv[2] + "/*.whl")]' \
+                 "$ROOT/.site" "$ROOT/.whl"; }
+    "$PY" -c 'import pydantic, typer, yaml, rich, psutil, isobench.cli; print("pydantic", pydantic.VERSION, "from", pydantic.__file__)'
+}
+[ -n "${SKIP_WHEELS:-}" ] || step wheels 120 bash -c "$(declare -f install_wheels); PY=$PY ROOT=$ROOT install_wheels"
+install_runtimes() {
+    mkdir -p /tmp/isobench-gpuoci && rm -rf /tmp/isobench-gpuoci/lib && cp -r "$ROOT/.gpuoci/lib" /tmp/isobench-gpuoci/lib
+    chmod 755 "$ROOT"/.gpuoci/bin/* 2>/dev/null
+    mkdir -p /run/isobench 2>&1
+    for r in runc crun; do echo "$r: $(command -v $r)"; $r --version | head -2; done
+}
+step runtimes 30 bash -c "$(declare -f install_runtimes); ROOT=$ROOT install_runtimes"
+test -w /var/cache || { export ISOBENCH_CACHE="$ROOT/.isobench-cache"; echo "ISOBENCH_CACHE=$ISOBENCH_CACHE"; }
+
+# -- one container per runtime, the GPU passed in ------------------------------------------------
+OK_RUNTIMES=""
+for r in runc crun; do
+    step "smoke-$r" 90 "$PY" benchmarks/gpu_oci_smoke.py --runtime "$r" --timeout 75 --dev "${SMOKE_DEV:-/dev}" \
+        && OK_RUNTIMES="$OK_RUNTIMES $r"
+done
+echo "runtimes that ran a CUDA container:${OK_RUNTIMES:- none}"
+
+# -- KVM, cheaply ----------------------------------------------------------------------------------
+step kvm 20 bash -c 'ls -l /dev/kvm 2>&1; command -v qemu-system-x86_64 firecracker 2>&1
+    python3 -c "
+import fcntl, os
+try:
+    fd = os.open(\"/dev/kvm\", os.O_RDWR)
+    print(\"KVM_GET_API_VERSION\", fcntl.ioctl(fd, 0xAE00))
+    vm = fcntl.ioctl(fd, 0xAE01, 0)
+    print(\"KVM_CREATE_VM: fd\", vm, \"(a VM can be created)\")
+except OSError as err:
+    print(\"KVM:\", err)
+"'
+
+# -- the study ---------------------------------------------------------------------------------------
+STUDY=gpu-containers
+if [ "$OK_RUNTIMES" != " runc crun" ]; then  # leave out the entries whose runtime did not run a container
+    STUDY=/tmp/gpu-containers-here.yaml
+    step study-file 30 "$PY" -c '
+import sys, yaml
+from importlib import resources
+ok = sys.argv[1].split()
+study = yaml.safe_load(resources.files("isobench.studies").joinpath("gpu-containers.yaml").read_text())
+study["platforms"] = [p for p in study["platforms"] if p["name"] != "oci" or p.get("runtime") in ok]
+open(sys.argv[2], "w").write(yaml.safe_dump(study, sort_keys=False))
+print("entries:", [p.get("label") or p["name"] for p in study["platforms"]])' "$OK_RUNTIMES" "$STUDY"
+fi
+step plan 60 "$ISOB" plan "$STUDY"
+rm -rf "$RESULTS"
+[ -e /dev/nvidiactl ] || { echo "no /dev/nvidiactl: no NVIDIA driver here, the study is not run"; RUN_LIMIT=0; }
+if [ "$RUN_LIMIT" -gt 0 ]; then
+    started=$(date +%s)
+    step run $((RUN_LIMIT + 30)) timeout -s TERM -k 30 "$RUN_LIMIT" "$ISOB" run "$STUDY" --out "$RESULTS"
+    rc=$?
+    if [ "$rc" = 2 ] && [ $(( $(date +%s) - started )) -lt 60 ]; then  # refused up front: once more without the gpu probe
+        echo "the study was refused (see above): trying once more without the gpu probe"
+        step study-noprobe 30 "$PY" -c '
+import sys, yaml
+from importlib import resources
+name = sys.argv[1]
+text = open(name).read() if name.endswith(".yaml") else resources.files("isobench.studies").joinpath(name + ".yaml").read_text()
+study = yaml.safe_load(text)
+study["probes"] = {"proc": {}}
+open("/tmp/gpu-containers-noprobe.yaml", "w").write(yaml.safe_dump(study, sort_keys=False))' "$STUDY"
+        rm -rf "$RESULTS"
+        left=$(( RUN_LIMIT - ($(date +%s) - started) ))
+        step run-noprobe $((left + 30)) timeout -s TERM -k 30 "$left" "$ISOB" run /tmp/gpu-containers-noprobe.yaml --out "$RESULTS"
+    fi
+fi
+if [ -d "$RESULTS" ]; then
+    step summary 60 bash -o pipefail -c "'$ISOB' summary '$RESULTS' | tee '$OUT/summary.txt'"
+    step summary-json 60 bash -c "'$ISOB' summary '$RESULTS' --json > '$OUT/summary.json'"
+    step report 90 "$ISOB" report "$RESULTS" --format html -o "$OUT/report.html"
+    step results-tar 60 tar -czf "$OUT/gpuc-results.tar.gz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
+fi
+
+# -- LLM generation on the GPU, bare metal against runc with the GPU passed in (issue 28) ---------
+LLM_LIMIT=${LLM_LIMIT:-110}
+if [ "$LLM_LIMIT" -gt 0 ] && [ -e /dev/nvidiactl ]; then
+    step llm-file 30 "$PY" -c '
+import sys, yaml
+ok = sys.argv[1].split()
+platforms = [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"}]
+platforms += [{"name": "oci", "label": f"{r}-gpu", "runtime": r, "options": {"gpus": "all"}} for r in ok[:1]]
+study = {"name": "gpu-llm", "description": "LLM generation on CUDA: bare metal against a container with the GPU passed in",
+         "workloads": [{"name": "llm-generate", "params": {"model": "llama", "size": "tiny", "prompt_tokens": 64,
+                        "output_tokens": 32, "requests": 10, "device": "cuda"}}],
+         "platforms": platforms, "baseline": "baremetal", "cell_cores": "disjoint", "schedule": "sequential",
+         "min_seconds": 2, "warmup_items": 5, "warmup": 0, "repetitions": 3, "seed": 3, "timeout_s": 120}
+open("/tmp/gpu-llm.yaml", "w").write(yaml.safe_dump(study, sort_keys=False))
+print("entries:", [p.get("label") or p["name"] for p in platforms])' "$OK_RUNTIMES"
+    rm -rf /tmp/gpu-llm
+    step llm-run $((LLM_LIMIT + 30)) timeout -s TERM -k 20 "$LLM_LIMIT" "$ISOB" run /tmp/gpu-llm.yaml --out /tmp/gpu-llm
+    if [ -d /tmp/gpu-llm ]; then
+        step llm-summary 60 bash -o pipefail -c "'$ISOB' summary /tmp/gpu-llm | tee '$OUT/llm-summary.txt'"
+        step llm-summary-json 60 bash -c "'$ISOB' summary /tmp/gpu-llm --json > '$OUT/llm-summary.json'"
+    fi
+fi
+
+ls -l "$OUT"
+for f in "$OUT"/*; do  # what comes back is at most 16 MiB a file
+    [ "$(stat -c %s "$f")" -gt $((16 * 1024 * 1024 - 4096)) ] && { echo "too large to bring back, removed: $f"; rm -f "$f"; }
+done
+
+echo
+echo "=== steps:$STEPS"
+echo "=== total $(( $(date +%s) - T0 )) s"
