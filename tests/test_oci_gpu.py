@@ -132,3 +132,24 @@ def test_a_gpu_entry_builds_its_skeleton_with_the_mount_points_it_binds(tmp_path
     assert platform.fingerprint()["gpus"] == "all"
     plain = Oci(PlatformEntry(name="oci", runtime="runc"))._skeleton()
     assert plain != root and not (plain / "etc/ld.so.cache").exists()
+
+
+def test_a_driver_directory_that_links_into_the_mirrored_usr_is_not_bound_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The H100 host's loader cache names /lib/libcuda.so.1, and its /lib links to usr/lib: bound as
+    /lib, the skeleton could not make that mount point (its own /lib is the same link)."""
+    import isobench.platforms.oci as oci
+
+    link = tmp_path / "lib"
+    link.symlink_to("/usr/lib")
+    outside = tmp_path / "driver"
+    outside.mkdir()
+    gpu = gpu_passthrough("all", dev=_fake_dev(tmp_path), libcuda_dirs=[str(link), str(outside / ".." / "driver")])
+    assert gpu.library_mounts == [str(outside)]  # the link is under /usr where it leads; the other is bound once
+    monkeypatch.setenv("ISOBENCH_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "again").mkdir()
+    again = _fake_dev(tmp_path / "again")
+    monkeypatch.setattr(oci, "gpu_passthrough", lambda selection: gpu_passthrough(
+        "all", dev=again, libcuda_dirs=["/lib", str(link)]))
+    root = Oci(PlatformEntry(name="oci", runtime="runc", options={"gpus": "all"}))._skeleton()
+    assert (root / "lib").is_symlink() and (root / "usr").is_dir()  # built, its /lib still the link

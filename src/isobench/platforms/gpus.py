@@ -119,7 +119,10 @@ def gpu_passthrough(selection: str | list[int], dev: Path = Path("/dev"),
                         "fileMode": stat.S_IMODE(info.st_mode), "uid": info.st_uid, "gid": info.st_gid})
     lib_dirs = _libcuda_dirs() if libcuda_dirs is None else libcuda_dirs
     mirrored = [Path(p) for p in cell_mounts()]
-    mounts = [d for d in lib_dirs if not any(Path(d) == m or m in Path(d).parents for m in mirrored)]
+    # Judged and bound where they lead: a GPU host's loader cache names /lib/libcuda.so.1, and its
+    # /lib is a link into the mirrored /usr (and a link in the skeleton, where no mount point fits).
+    resolved = dict.fromkeys(Path(os.path.realpath(d)) for d in lib_dirs)
+    mounts = [str(d) for d in resolved if not any(d == m or m in d.parents for m in mirrored)]
     host_path = [e for e in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if e and os.path.isabs(e)]
     library_path = [*host_path, *(d for d in lib_dirs if d not in host_path and d not in DEFAULT_LIB_DIRS)]
     env = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
