@@ -85,7 +85,7 @@ class _Recorder:
     """Per-cell state of the active API: the open item's phases and its start time."""
 
     def __init__(self, ctx: CellContext, slowdown: float = 0.0,
-                 spend_wall: Callable[[float], float] | None = None) -> None:
+                 spend_wall: Callable[[float, float], float] | None = None) -> None:
         self.ctx = ctx
         self.script_start = time.perf_counter()
         self.started = False  # the first item has opened (``startup`` is recorded once)
@@ -115,8 +115,7 @@ class _Recorder:
         assert self.item_start is not None
         if self.slowdown and self.spend_wall is not None:
             began = time.perf_counter()
-            self.spend_wall(self.slowdown * (began - self.item_start))
-            self.phases[INJECTED] = time.perf_counter() - began
+            self.phases[INJECTED] = self.spend_wall(self.slowdown * (began - self.item_start), began) - began
         now = time.perf_counter()
         self.ctx.item(self.phases, now - self.item_start)
         self.items += 1
@@ -216,9 +215,9 @@ def metric(name: str, value: float, unit: str = "") -> None:
 
 
 def activate(ctx: CellContext, slowdown: float = 0.0,
-             spend_wall: Callable[[float], float] | None = None) -> _Recorder:
+             spend_wall: Callable[[float, float], float] | None = None) -> _Recorder:
     """Route the API to ``ctx`` (the script workload does this in the worker process); with a
-    ``slowdown``, each item ends by ``spend_wall(slowdown × the item's wall time)``."""
+    ``slowdown``, each item ends by ``spend_wall(slowdown × the item's wall time, now)``."""
     global _recorder
     _recorder = _Recorder(ctx, slowdown, spend_wall)
     return _recorder

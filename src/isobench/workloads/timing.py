@@ -58,19 +58,21 @@ def active_slowdown() -> float:
     return _slowdown["fraction"]
 
 
-def spend_wall(seconds: float) -> float:
+def spend_wall(seconds: float, began: float | None = None) -> float:
     """Spin on this thread until ``seconds`` of wall time, plus what earlier injections owe, have
-    passed; return the time spent. A spin that loses the core at its deadline ends late, by as
-    long as the scheduler keeps it off: that overshoot is owed back by the next injection, so a
-    cell's injections add up to their targets."""
-    began = now = time.perf_counter()
+    passed since ``began`` (a ``perf_counter`` reading; default now); return the time it ended.
+    Counting from the caller's own mark keeps a preemption between that mark and the spin inside
+    the injection's account. A spin that loses the core at its deadline ends late, by as long as
+    the scheduler keeps it off: that overshoot is owed back by the next injection, so a cell's
+    injections add up to their targets."""
+    began = now = time.perf_counter() if began is None else began
     target = seconds + _slowdown["owed"]
     deadline = began + target
     while now < deadline:
         _spin(_SPIN_CHUNK)
         now = time.perf_counter()
     _slowdown["owed"] = target - (now - began)
-    return now - began
+    return now
 
 
 def wait_wall(seconds: float) -> None:
@@ -129,9 +131,9 @@ class InjectingPhaseClock(PhaseClock):
 
     def stop(self) -> tuple[dict[str, float], float]:
         marks = self._marks
-        if marks:
-            spend_wall(self._fraction * (marks[-1][1] - self._start))
-            self.lap(INJECTED)
+        if marks:  # the injected phase is exactly the span the spin accounted for
+            last = marks[-1][1]
+            marks.append((INJECTED, spend_wall(self._fraction * (last - self._start), last)))
         return super().stop()
 
 
