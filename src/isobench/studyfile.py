@@ -91,6 +91,16 @@ def _from_value_error(err: ValueError, file: str, field: str | None) -> UserErro
     return UserError(message, file=file, field=field, fix=fix or _fix_for({"type": "value_error"}))
 
 
+def _from_field_error(err: ValueError, file: str, prefix: str, fix_separator: str, where: str = "") -> UserError:
+    """A plugin's ValueError("name: problem<fix_separator>fix") as the one-line error on field
+    ``prefix.name`` (``where`` follows the problem)."""
+    message, _, fix = str(err).partition(fix_separator)
+    name, _, problem = message.partition(": ")
+    fix = fix.removesuffix(")") if fix_separator.startswith(" (") else fix
+    return UserError(f"{problem or name}{where}", file=file, field=f"{prefix}.{name}" if problem else prefix,
+                     fix=fix or None)
+
+
 def _check_cross_field(study: Study, file: str) -> None:
     """Checks that need the probe registry and the plan's rules, in the order the schema ran them."""
     from isobench.plan.duet import validate_duet
@@ -250,10 +260,7 @@ def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
                 try:
                     WORKLOADS.get(entry.name).check_host(parsed)
                 except ValueError as err:
-                    message, _, fix = str(err).partition("; fix: ")
-                    name, _, problem = message.partition(": ")
-                    raise UserError(problem or name, file=file, field=f"{field}.params.{name}" if problem
-                                    else f"{field}.params", fix=fix or None) from None
+                    raise _from_field_error(err, file, f"{field}.params", "; fix: ") from None
 
     _check_knobs(study.knobs, file, "knobs", check_host)
     for index, entry in enumerate(study.platforms):
@@ -299,11 +306,8 @@ def _check_platform_workloads(study: Study, file: str) -> None:
                 try:
                     PLATFORMS.get(entry.name).validate_workload(entry, params)
                 except ValueError as err:
-                    message, _, fix = str(err).partition(" (fix: ")
-                    name, _, problem = message.partition(": ")
-                    raise UserError(f"{problem or name} (workloads[{w_index}], {workload.key})", file=file,
-                                    field=f"platforms[{p_index}].{name}" if problem else f"platforms[{p_index}]",
-                                    fix=fix.removesuffix(")") or None) from None
+                    raise _from_field_error(err, file, f"platforms[{p_index}]", " (fix: ",
+                                            f" (workloads[{w_index}], {workload.key})") from None
 
 
 def expanded_size(raw: Any, limit: int) -> int:
