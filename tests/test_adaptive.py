@@ -41,12 +41,12 @@ def _outcome(cell, value: float) -> CellOutcome:  # type: ignore[no-untyped-def]
                        startup_s=0.1, items=items, done={"type": "done", "run_s": value})
 
 
-def _simulate(tmp_path: Path, text: str, seed: int = 0) -> Store:
+def _simulate(tmp_path: Path, text: str, seed: int = 0, sd: dict[str, float] = SD) -> Store:
     study = load_study_text(text, "auto.yaml", check_host=False)
     store = Store.create(tmp_path, text, study.name, "auto.yaml", {})
     rng = random.Random(seed)
     for cell in cells_to_run(study, expand(study), store, say=lambda _: None):
-        value = 0.01 * math.exp(rng.gauss(0, SD[cell.platform_key]))
+        value = 0.01 * math.exp(rng.gauss(0, sd[cell.platform_key]))
         assert store.record(_outcome(cell, value), cell.platform_key)
     return store
 
@@ -76,6 +76,27 @@ def test_adaptive_stops_each_comparison_when_precise_and_says_why(tmp_path: Path
     reps = dict(store.conn.execute("SELECT platform_key, COUNT(*) FROM cells WHERE warmup = 0 GROUP BY 1").fetchall())
     assert reps["quiet"] == reps["aa"] == 3  # stopped groups run no further rounds ...
     assert reps["noisy"] == reps["baremetal"] == states["noisy"]["reached_at"]  # ... the baseline runs with the rest
+
+
+def test_a_noisy_aa_stops_with_the_comparisons_it_is_the_floor_for(tmp_path: Path) -> None:
+    # The A/A is far noisier than the comparisons: left to itself it would run to the budget for a
+    # verdict of its own, but its floor serves 'quiet' (decided at once) and 'noisy' (later).
+    text = STUDY.replace("adaptive: {target: 0.02, min_repetitions: 3, max_repetitions: 12}",
+                         "adaptive: {min_repetitions: 3, max_repetitions: 40}")
+    store = _simulate(tmp_path, text, sd={**SD, "aa": 0.04, "noisy": 0.012})
+    meta = json.loads(store.meta("adaptive") or "{}")
+    states = {c["label"]: c for c in meta["comparisons"]}
+    assert states["quiet"]["status"] == "verdict" and states["quiet"]["reached_at"] == 3
+    assert states["noisy"]["status"] == "verdict" and states["noisy"]["reached_at"] > 3
+    # The A/A ran exactly as long as the last comparison it serves, and says why it stopped.
+    assert states["aa"]["status"] == "served" and states["aa"]["verdict"] == "inconclusive"
+    assert states["aa"]["reached_at"] == states["noisy"]["reached_at"] < 40
+    assert "1 A/A entry stopped with the comparisons it is the floor for" in meta["reason"]
+    reps = dict(store.conn.execute("SELECT platform_key, COUNT(*) FROM cells WHERE warmup = 0 GROUP BY 1").fetchall())
+    assert reps["aa"] == reps["noisy"] == states["noisy"]["reached_at"]
+    from isobench.report.adaptive_table import stop_words
+    assert stop_words(states["aa"], meta).startswith(f"stopped at round {states['aa']['reached_at']}: every "
+                                                     "comparison it is the noise floor for had its verdict")
 
 
 def test_adaptive_budget_runs_out_and_is_named(tmp_path: Path) -> None:

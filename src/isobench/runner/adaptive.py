@@ -50,7 +50,7 @@ class ComparisonState:
     knobs: dict[str, Any]
     n: int
     half_width: float | None  # relative (exp(half-width on logs) - 1)
-    status: str  # "reached" | "running" | "budget"
+    status: str  # "verdict" | "reached" | "served" | "running" | "budget"
     reached_at: int | None = None
     #: the verdict at this look's level (status "verdict": the one it stopped on)
     verdict: str = "inconclusive"
@@ -84,6 +84,9 @@ class Decision:
 
 
 ALPHA = 0.05
+#: a comparison in one of these states has stopped for good: later looks keep it as it stopped
+#: ("served": an A/A whose variant's comparisons all stopped before it had a verdict of its own)
+STOPPED = ("verdict", "reached", "served")
 RULE = ("alpha spending, Lan–DeMets Pocock type α(t)=0.05·ln(1+(e−1)t), t=rounds/max_repetitions; "
         "each look tests at the increment")
 
@@ -118,6 +121,7 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
     baseline = study.baseline or study.platforms[0].key
     comparisons = compare(store)
     held: set[str] = set()  # variants (workload, params, host) with a comparison held inside the A/A floor
+    judged: list[tuple[Any, ComparisonState]] = []
     for c in comparisons:
         if c.metric != settings.metric or c.emulated:
             continue
@@ -125,7 +129,7 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
         state = ComparisonState(c.workload, c.params, c.platform, c.label, c.knobs, c.n,
                                 None if width is None else math.expm1(width), "running", host=c.host)
         old = before.get(_key(asdict(state)))
-        if old and old.get("status") in ("verdict", "reached") and old.get("reached_at", rounds + 1) <= rounds:
+        if old and old.get("status") in STOPPED and old.get("reached_at", rounds + 1) <= rounds:
             # Stopped at an earlier look: it stays stopped, with the verdict it stopped on.
             state.status, state.reached_at = old["status"], old["reached_at"]
             state.verdict, state.alpha = old.get("verdict", "inconclusive"), old.get("alpha")
@@ -141,6 +145,13 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
                 state.status, state.reached_at = "reached", rounds
             if state.status == "running" and why and inside_floor(math.log(c.ratio), floor):
                 held.add(_variant(c))  # resolved by its own interval, held back by the A/A floor
+        judged.append((c, state))
+    # An A/A states the floor for its variant's comparisons: once none of them runs on (and none
+    # is held inside the floor), more A/A rounds would narrow a floor that no verdict waits for.
+    waiting = {_variant(c) for c, state in judged if state.status == "running" and not c.is_aa} | held
+    for c, state in judged:
+        if c.is_aa and state.status == "running" and _variant(c) not in waiting:
+            state.status, state.reached_at = "served", rounds
         states.append(state)
         if state.status == "running":
             active.add(group_key(c.workload, c.params, c.label, c.knobs))
@@ -159,6 +170,9 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
         parts = ([f"every comparison has a verdict ({words})"] if not reached else
                  [f"every comparison has a verdict ({words}) or reached ±{settings.target:.1%}" if words else
                   f"every comparison reached ±{settings.target:.1%}"])
+        served = sum(s.status == "served" for s in states)
+        if served:
+            parts[0] += f"; {served} A/A entr{'ies' if served > 1 else 'y'} stopped with the comparisons it is the floor for"
         return Decision(rounds, True, parts[0] + rule, states, set(), spent_s, alpha, looks)
     budget = None
     if rounds >= settings.max_repetitions:
