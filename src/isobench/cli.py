@@ -194,7 +194,7 @@ def plan(study: StudyArg = None, as_json: JsonOpt = False, budget: BudgetOpt = N
 SUMMARY_FIELDS = ("workload", "platform", "label", "knobs", "metric", "baseline", "ratio", "ci_low", "ci_high",
                   "n", "significant", "n_baseline", "p_value", "mean", "baseline_mean", "unit", "method", "is_aa",
                   "host", "p_holm", "verdict", "ci90_low", "ci90_high", "margin", "repetitions_needed",
-                  "verdict_reason", "method_reason", "se_paired", "se_unpaired")
+                  "verdict_reason", "method_reason", "se_paired", "se_unpaired", "versions")
 
 
 def summary_record(comparison: Comparison) -> dict[str, Any]:

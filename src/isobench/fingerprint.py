@@ -12,6 +12,7 @@ from typing import Any
 
 import isobench
 from isobench.hostinfo import cgroup_layout, cpu_model, host_cpus, read_text, tool_version
+from isobench.runtime_versions import host_versions
 
 DIRTY_SYSCTLS = ("dirty_ratio", "dirty_background_ratio", "dirty_bytes", "dirty_background_bytes",
                  "dirty_expire_centisecs", "dirty_writeback_centisecs")
@@ -69,12 +70,8 @@ def host_fingerprint() -> dict[str, Any]:
         "torchvision": _package_version("torchvision"),
         # the first GPU's name, driver and memory as nvidia-smi gives them; None without one
         "gpu": tool_version(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]),
-        "versions": {
-            "docker": tool_version(["docker", "version", "--format", "{{.Server.Version}}"]),
-            "runc": tool_version(["runc", "--version"]),
-            "crun": tool_version(["crun", "--version"]),
-            "runsc": tool_version(["runsc", "--version"]),
-        },
+        # every engine and runtime installed here, short form (what a cell of each platform records)
+        "versions": host_versions(),
         "boot_id": read_text("/proc/sys/kernel/random/boot_id"),
         "loadavg_at_start": os.getloadavg(),
     }

@@ -16,7 +16,7 @@ from typing import Any
 from isobench.errors import UserError
 
 #: the version of the ``isobench summary --json`` record (isobench.report.export has the export's)
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 _STRING = {"type": "string"}
@@ -24,6 +24,12 @@ _NUMBER = {"type": "number"}
 _OPTIONAL_NUMBER = {"type": ["number", "null"]}
 _KNOBS = {"type": "object", "description": "the platform entry's knobs (cpus, memory, cpuset, threads, ...) "
                                            "as the study file gives them"}
+
+
+_VERSIONS = {"type": "object", "additionalProperties": {"type": "string"},
+             "description": "the engine and runtime versions the platform's cells ran on, by short name "
+                            "(docker, containerd, runc, crun, runsc with its platform, podman, qemu); empty for "
+                            "the host itself; a group whose cells ran on several names each: \"1.1.5 | 1.1.12\""}
 
 
 def _described(kind: dict[str, Any], description: str) -> dict[str, Any]:
@@ -54,6 +60,8 @@ def export_schema() -> dict[str, Any]:
         "status": _described(_STRING, "the cell's status: ok, failed, timeout, unavailable (e.g. a GPU kernel "
                                       "without a GPU) or lost (its cluster node went away)"),
         "host": _described(_STRING, "the host the cell ran on (empty where unknown)"),
+        "versions": {**_VERSIONS, "description": "the engine and runtime versions the cell ran on ({} for the "
+                                                 "host itself); csv and parquet carry it as a JSON string"},
     }
     return {"$schema": DIALECT, "$id": f"urn:isobench:schema:export:{EXPORT_VERSION}", "version": EXPORT_VERSION,
             **_record("isobench export record", "One record per measured cell and metric (warm-up cells "
@@ -98,6 +106,7 @@ def summary_schema() -> dict[str, Any]:
         "method_reason": _described(_STRING, "why `method` was chosen"),
         "se_paired": _described(_OPTIONAL_NUMBER, "the paired method's standard error of the log ratio"),
         "se_unpaired": _described(_OPTIONAL_NUMBER, "the unpaired method's standard error of the log ratio"),
+        "versions": _VERSIONS,
     }
     return {"$schema": DIALECT, "$id": f"urn:isobench:schema:summary:{SUMMARY_VERSION}",
             "version": SUMMARY_VERSION, "title": "isobench summary --json",

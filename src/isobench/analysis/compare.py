@@ -53,6 +53,8 @@ class Group:
     shared_contaminated: int = 0
     #: a duet's cells: the share of each pair's measured window in which both members measured
     duet_overlaps: list[float] = field(default_factory=list)
+    #: the engine and runtime versions its cells ran on (runtime_versions.py)
+    versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def kept_contaminated(self) -> int:
@@ -115,6 +117,8 @@ class Comparison:
     #: why the verdict is not the direction its interval shows (too few pairs, inside the A/A noise
     #: floor: analysis/verdict.py); empty when no guard held one back
     verdict_reason: str = ""
+    #: the engine and runtime versions the compared platform's cells ran on ({} for the host itself)
+    versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def significant_holm(self) -> bool:
@@ -142,6 +146,24 @@ def host_of(platform_info: dict[str, Any] | str | None) -> str:
     return str(platform_info.get("host_key") or platform_info.get("host") or "")
 
 
+def versions_of(platform_info: dict[str, Any] | str | None) -> dict[str, str]:
+    """The engine and runtime versions a cell recorded ({} for the host itself, or an older store)."""
+    if isinstance(platform_info, str):
+        platform_info = json.loads(platform_info) if platform_info else {}
+    found = platform_info.get("versions") if isinstance(platform_info, dict) else None
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+def _merge_versions(into: dict[str, str], found: dict[str, str]) -> None:
+    """A group whose cells ran on different versions (an upgrade mid-study) names each: "1.1.5 | 1.1.12"."""
+    for name, version in found.items():
+        seen = into.get(name)
+        if seen is None:
+            into[name] = version
+        elif version not in seen.split(" | "):
+            into[name] = f"{seen} | {version}"
+
+
 def load_groups(store: Store) -> list[Group]:
     cells = [(r["cell_id"], r["status"], json.loads(r["platform_info"]) if r["platform_info"] else {})
              for r in store.conn.execute("SELECT cell_id, status, platform_info FROM cells WHERE warmup = 0")]
@@ -159,6 +181,7 @@ def load_groups(store: Store) -> list[Group]:
                                         row["platform_key"], row["display"], json.loads(row["knobs"]),
                                         defaultdict(list), {}, host=host)
         group.metrics[row["metric"]].append(row["value"])
+        _merge_versions(group.versions, versions_of(info))
         group.reps[row["metric"]].append((row["rep"], row["value"]))
         duet = info.get("duet") if isinstance(info.get("duet"), dict) else {}
         group.points[row["metric"]].append(Point(row["rep"], row["value"], row["cell_id"],
@@ -241,7 +264,7 @@ def compare(store: Store) -> list[Comparison]:
                 effect=effect_words(est.ratio, metric), emulated=group.emulated or base.emulated,
                 params=group.params, host=group.host, method_reason=blocked.reason,
                 se_paired=blocked.se_paired, se_unpaired=blocked.se_unpaired, se=est.se, df=est.df,
-                margin=margin))
+                margin=margin, versions=dict(group.versions)))
     _adjust(results)
     return results
 

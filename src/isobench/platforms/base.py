@@ -108,6 +108,19 @@ class Platform(ABC):
         """Versions of everything this platform is made of."""
         return {}
 
+    def versions(self) -> dict[str, str]:
+        """The engine and runtime versions this entry runs on, by short name ("docker": "20.10.24",
+        "runc": "1.1.5"; {} for the host itself): every cell records them and every comparison line
+        names them. Asked once per platform object (the runner asks before the first cell)."""
+        found = self.__dict__.get("_versions")
+        if found is None:
+            found = self.__dict__["_versions"] = self.find_versions()
+        return dict(found)
+
+    def find_versions(self) -> dict[str, str]:
+        """What ``versions`` reports, asked of the tools themselves (a platform overrides it)."""
+        return {}
+
     def prepare(self) -> None:
         """Idempotent host-side set-up (images, root filesystems); called before the first cell."""
 

@@ -37,6 +37,7 @@ from isobench.platforms.hostmirror import (
     skeleton_tar,
 )
 from isobench.platforms.runsc import engine_runsc_platform
+from isobench.runtime_versions import tool_short_version
 from isobench.study.model import Knobs, PlatformEntry
 from isobench.target import ProbeTarget, cgroups_of_pid, docker_engine_pids, poll
 
@@ -152,6 +153,19 @@ class DockerBase(Platform):
         except (json.JSONDecodeError, AttributeError):
             pass
         return info
+
+    def find_versions(self) -> dict[str, str]:
+        out = docker("version", "--format", "{{json .}}", check=False)
+        try:
+            server = json.loads(out.stdout).get("Server") or {}
+        except (json.JSONDecodeError, AttributeError):
+            server = {}
+        components = {str(c.get("Name")).lower(): str(c.get("Version")) for c in server.get("Components") or []}
+        found = {"docker": server.get("Version"), "containerd": components.get("containerd")}
+        runtime = self.runtime()
+        # The engine names the runc it ships with; any other registered runtime answers for itself.
+        found[runtime] = components.get("runc") if runtime == "runc" else tool_short_version(runtime)
+        return {name: str(version) for name, version in found.items() if version}
 
     def prepare(self) -> None:
         if self.entry.image:
@@ -333,6 +347,14 @@ class GVisor(DockerBase):
 
     def fingerprint(self) -> dict[str, Any]:
         return {**super().fingerprint(), "runsc": tool_version(["runsc", "--version"])}
+
+    def find_versions(self) -> dict[str, str]:
+        found = super().find_versions()
+        if self._runsc_platform is None:
+            self._runsc_platform = engine_runsc_platform(engine_runtimes()) or ""
+        if "runsc" in found and self._runsc_platform:  # "2022-12-19 ptrace": the build and how it ran
+            found["runsc"] += f" {self._runsc_platform}"
+        return found
 
     def prepare(self) -> None:
         # runsc refuses a network in the root namespace, and its kvm platform hangs on

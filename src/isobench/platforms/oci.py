@@ -27,6 +27,7 @@ from isobench.platforms.gpus import LD_SO_CACHE, GpuPassthrough, gpu_passthrough
 from isobench.platforms.hostmirror import build_skeleton, cell_mounts, container_env, data_root
 from isobench.platforms.runsc import runsc_platform
 from isobench.platforms.seccomp import default_profile
+from isobench.runtime_versions import tool_short_version
 from isobench.study.model import Knobs, PlatformEntry
 from isobench.target import ProbeTarget, cgroups_of_pid, launcher_pids, poll
 
@@ -229,6 +230,13 @@ class Oci(Platform):
         if self.gpus() is not None:
             info["gpus"] = self.gpus()
         return info
+
+    def find_versions(self) -> dict[str, str]:
+        runtime = self.runtime()
+        version = tool_short_version(runtime)
+        if version and runtime == "runsc":  # "2022-12-19 ptrace": the build and how it ran
+            version += f" {runsc_platform(runtime_argv('runsc')[1:])}"
+        return {runtime: version} if version else {}
 
     def _gpu(self) -> GpuPassthrough | None:
         """The entry's GPU passthrough on this host (found once), or None without ``options.gpus``."""

@@ -20,6 +20,7 @@ from isobench.plan.cells import Cell
 from isobench.platforms import PLATFORMS
 from isobench.platforms.base import ALL_KNOBS, Availability, Launched
 from isobench.platforms.docker import DockerBase
+from isobench.runtime_versions import tool_short_version
 from isobench.study.model import PlatformEntry
 
 
@@ -94,6 +95,10 @@ class Podman(DockerBase):
 
     def fingerprint(self) -> dict[str, Any]:
         return {"runtime": self.runtime(), "image": self.image(), "podman": tool_version(["podman", "--version"])}
+
+    def find_versions(self) -> dict[str, str]:
+        found = {"podman": tool_short_version("podman"), self.runtime(): tool_short_version(self.runtime())}
+        return {name: version for name, version in found.items() if version}
 
     def engine_run_options(self) -> list[str]:
         return runner_ulimits()

@@ -27,6 +27,7 @@ from isobench.platforms.guestroot import Export, guest_exports
 from isobench.platforms.hostmirror import build_skeleton, data_root
 from isobench.platforms.kvm import EMULATION_HINT, kvm_verdict
 from isobench.platforms.qemu import STATE_ROOT, GuestRun, QemuMachine, kill_stale_guests, qemu_binary
+from isobench.runtime_versions import tool_short_version
 from isobench.study.model import Knobs, PlatformEntry, parse_memory
 
 DEFAULT_MEMORY = "2g"
@@ -148,6 +149,10 @@ class QemuPlatform(Platform):
                 "machine": self.machine, "accel": self.accel(), "emulated": self.emulated(),
                 "kernel": image.source if image else None,
                 "kernel_version": image.kernel_version if image else None}
+
+    def find_versions(self) -> dict[str, str]:
+        version = tool_short_version("qemu", qemu_binary() or "qemu-system-x86_64")
+        return {"qemu": version} if version else {}
 
     def prepare(self) -> None:
         options = self.entry.options

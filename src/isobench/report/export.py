@@ -10,14 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from isobench.analysis.compare import host_of
+from isobench.analysis.compare import host_of, versions_of
 from isobench.report.plaintext import csv_cell
 from isobench.store import Store
 
 #: the version of the record's layout (FIELDS and their meaning), published with its JSON Schema
 #: by `isobench schema export` (isobench.schema): raise it with any change to a field
-EXPORT_VERSION = 1
-FIELDS = ("study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status", "host")
+EXPORT_VERSION = 2
+FIELDS = ("study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status", "host",
+          "versions")
 
 
 def records(store: Store) -> list[dict[str, Any]]:
@@ -29,14 +30,16 @@ def records(store: Store) -> list[dict[str, Any]]:
         rows.append({"study": study, "cell_id": row["cell_id"], "workload": row["workload_key"],
                      "platform": row["display"], "knobs": json.loads(row["knobs"]), "rep": row["rep"],
                      "metric": row["metric"], "value": row["value"], "unit": row["unit"],
-                     "status": row["status"], "host": host_of(row["platform_info"])})
+                     "status": row["status"], "host": host_of(row["platform_info"]),
+                     "versions": versions_of(row["platform_info"])})
     # Cells that produced no metrics still appear, so failures are not silently dropped.
     for cell in store.cells():
         if cell["status"] != "ok":
             rows.append({"study": study, "cell_id": cell["cell_id"], "workload": cell["workload_key"],
                          "platform": cell["display"], "knobs": cell["knobs"], "rep": cell["rep"],
                          "metric": "cell.wall", "value": cell["wall_s"], "unit": "s", "status": cell["status"],
-                         "host": host_of(cell.get("platform_info"))})
+                         "host": host_of(cell.get("platform_info")),
+                         "versions": versions_of(cell.get("platform_info"))})
     return rows
 
 
@@ -68,7 +71,8 @@ def _csv(store: Store, out: BinaryIO) -> None:
         writer = csv.DictWriter(text, fieldnames=FIELDS)
         writer.writeheader()
         for row in records(store):
-            cells = {**row, "knobs": json.dumps(row["knobs"], sort_keys=True)}
+            cells = {**row, "knobs": json.dumps(row["knobs"], sort_keys=True),
+                     "versions": json.dumps(row["versions"], sort_keys=True)}
             writer.writerow({k: csv_cell(v) for k, v in cells.items()})  # "=HYPERLINK(..)" stays text
 
     _text(out, fill)
@@ -80,7 +84,8 @@ def _parquet(store: Store, out: BinaryIO) -> None:
 
     rows = records(store)
     columns = {name: [row[name] for row in rows] for name in FIELDS}
-    columns["knobs"] = [json.dumps(k, sort_keys=True) for k in columns["knobs"]]
+    for name in ("knobs", "versions"):
+        columns[name] = [json.dumps(v, sort_keys=True) for v in columns[name]]
     buffer = io.BytesIO()  # parquet's writer seeks; a pipe cannot
     pq.write_table(pa.table(columns), buffer)
     out.write(buffer.getvalue())

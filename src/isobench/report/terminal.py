@@ -12,6 +12,7 @@ from isobench.analysis.metric_sense import declared_metrics
 from isobench.analysis.stats import fmt_floor, fmt_seconds
 from isobench.analysis.verdict import DIRECTIONS, MAX_NEEDED, fmt_margin, within_margin
 from isobench.report.plaintext import Markup, markup, plain
+from isobench.runtime_versions import version_words
 from isobench.store import Store
 
 #: CPU seconds per item from the cell's cgroup: beside e2e, it tells waiting from computing
@@ -59,7 +60,8 @@ def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None
     knobs = f" [{fmt_knobs(shown)}]" if shown else ""
     where = f" on {c.host}" if len(hosts_of(comparisons)) > 1 else ""  # a cluster study: say which host
     how = ", " + METHOD_WORDS[c.method] if c.method in METHOD_WORDS else ""
-    head = f"{c.platform}{knobs}{where}: {c.workload} {c.metric}"
+    built = f" ({version_words(c.versions)})" if c.versions else ""  # which engine and runtime builds
+    head = f"{c.platform}{built}{knobs}{where}: {c.workload} {c.metric}"
     if c.verdict == "equivalent" and c.ci90_low is not None and c.ci90_high is not None:
         text = (f"{head} is equivalent to {c.baseline} within {fmt_margin(c.margin)} "
                 f"(90% CI {c.ci90_low:.2f}–{c.ci90_high:.2f}, n={c.n}{how})")

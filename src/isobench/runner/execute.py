@@ -275,6 +275,9 @@ def run_cell(cell: Cell, platform: Platform | None = None,
             probe_outcome = probes.stop()
             if status == "ok":
                 info = platform.collect(launched)
+                versions = platform.versions()  # asked before the first cell: cached, no tool runs here
+                if versions:
+                    info["versions"] = versions
         finally:
             window.close()
             if driver is not None:

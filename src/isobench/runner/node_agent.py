@@ -115,6 +115,7 @@ class NodeAgent:
         for key, platform in list(self.platforms.items()):
             try:
                 platform.prepare()
+                platform.versions()  # the tools answer now, not beside a measuring cell
             except Exception as exc:
                 usable[key] = f"prepare failed: {type(exc).__name__}: {exc}"
                 del self.platforms[key]

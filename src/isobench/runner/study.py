@@ -167,12 +167,14 @@ def _run_study(study_text: str | None, file: str | None, out: Path | None, resum
         data_paths = prepare_data(todo)
         for platform in platforms.values():
             platform.prepare()
+            platform.versions()  # the tools answer now, not beside a measuring cell
         # What set-up (and whatever ran just before: a venv install, data sets) left dirty goes
         # out now, not as write-back inside the first cells.
         os.sync()
         if store is None:
             store = create_store(out, study, study_text, file, platforms={
-                key: {"display": p.display(), **p.fingerprint()} for key, p in platforms.items()})
+                key: {"display": p.display(), **p.fingerprint(), "versions": p.versions()}
+                for key, p in platforms.items()})
         console.print(markup("study [bold]{}[/]: {} cells ({} already done, {} to run) -> {}", study.name,
                              len(plan), len(done), len(todo), out))
         layout = core_layout(study)
