@@ -246,7 +246,9 @@ def settle(outcome: Any, driver: HostDriver | None) -> None:
     """Fold a workload's ``done.info`` and a driver's results into the cell's outcome."""
     if outcome.done:
         # Every fact a workload noted (timing mode, epochs, torch threads, ...) is kept with the cell.
-        facts = {k: v for k, v in outcome.done.items() if k not in ("type", "items", "run_s", "metrics", "info")}
+        # (the page-fault counts are stored as metrics: store/sqlite.py, process_fault_metrics)
+        facts = {k: v for k, v in outcome.done.items()
+                 if k not in ("type", "items", "run_s", "metrics", "info", "faults", "run_faults")}
         facts.update(outcome.done.get("info") or {})
         if facts:
             outcome.platform_info["workload"] = facts

@@ -99,6 +99,7 @@ def cell_metrics(outcome: Any) -> list[tuple[str, float, str]]:
     if outcome.done and outcome.done.get("run_s") is not None:
         metrics.append(("cell.run", outcome.done["run_s"], "s"))
     metrics.extend(workload_metrics(outcome.done))
+    metrics.extend(process_fault_metrics(outcome.done))
     metrics.append(("cell.wall", outcome.wall_s, "s"))
     if outcome.startup_s is not None:
         metrics.append(("cell.startup", outcome.startup_s, "s"))
@@ -115,6 +116,27 @@ def workload_metrics(done: dict[str, Any] | None) -> list[tuple[str, float, str]
         number, unit = (value[0], str(value[1])) if isinstance(value, list | tuple) else (value, "")
         if isinstance(number, int | float) and not isinstance(number, bool) and number == number:
             rows.append((f"workload.{name}", float(number), unit))
+    return rows
+
+
+#: done-record key -> metric prefix: the worker's own page faults from its process's start, and
+#: those of the measured window (workloads/channel.py, process_faults)
+PROCESS_FAULTS = {"faults": "process.page_faults", "run_faults": "process.run.page_faults"}
+
+
+def process_fault_metrics(done: dict[str, Any] | None) -> list[tuple[str, float, str]]:
+    """``process.page_faults_minor``/``_major`` (and ``process.run.*`` for the measured window),
+    as the worker counted them itself: the same window on every platform, where a probe attaches
+    to a container only after its start. None where the kernel keeps no counts (gVisor)."""
+    rows = []
+    for key, prefix in PROCESS_FAULTS.items():
+        counts = (done or {}).get(key)
+        if not isinstance(counts, dict):
+            continue
+        for kind in ("minor", "major"):
+            number = counts.get(kind)
+            if isinstance(number, int | float) and not isinstance(number, bool) and number >= 0:
+                rows.append((f"{prefix}_{kind}", float(number), "faults"))
     return rows
 
 

@@ -45,6 +45,24 @@ def wait_for_go(timeout_s: float) -> float | None:
     return time.perf_counter() - started
 
 
+#: why a cell carries no fault counts: a kernel that keeps none reports 0, as gVisor's does
+NO_FAULT_COUNTS = "getrusage reports no page faults here (gVisor's kernel does not count them)"
+
+
+def process_faults() -> dict[str, int] | None:
+    """This process's page faults since it started, and those of its children that have ended (a
+    DataLoader's workers): ``getrusage``, read by the worker itself, so every platform counts
+    from the same instant by the same method (a probe attaches to a container only once the
+    engine names its pid, after the interpreter's start-up). None where the kernel counts none:
+    every Linux process faults while it starts, so a zero minor count means gVisor's sentry,
+    whose getrusage leaves the fault fields at 0."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    minor, major = own.ru_minflt + children.ru_minflt, own.ru_majflt + children.ru_majflt
+    return {"minor": minor, "major": major} if minor > 0 else None
+
+
 def claim_stdout_for_records() -> IO[str]:
     """Return a text stream on the original stdout and send fd 1 to stderr."""
     record_fd = os.dup(1)
@@ -76,6 +94,8 @@ class CellContext:
         self._lock = threading.Lock()
         self._flushed_at = time.perf_counter()
         self._notes: dict[str, Any] = {}
+        #: the process's page faults when the measured window opened (process_faults)
+        self._faults_at_window: dict[str, int] | None = None
 
     def emit(self, record: dict[str, Any]) -> None:
         self._flush_items()  # records keep their order: items first
@@ -131,6 +151,9 @@ class CellContext:
         """Start the measured window (after the start line's go and the warm-up items)."""
         if self.cell.get("start_line"):
             record = {**record, "start_line_wait_s": self._start_line_wait}
+        self._faults_at_window = process_faults()
+        if self._faults_at_window is not None:
+            record = {**record, "faults": self._faults_at_window}
         self.emit(record)
         self._run_started = self._measuring_since = time.perf_counter()
 
@@ -170,4 +193,16 @@ class CellContext:
 
     def finish(self, **extra: Any) -> None:
         run_s = time.perf_counter() - self._run_started if self._run_started else None
-        self.emit({"type": "done", "items": self._items, "run_s": run_s, **self._notes, **extra})
+        self.emit({"type": "done", "items": self._items, "run_s": run_s, **self._notes, **extra,
+                   **self._fault_counts()})
+
+    def _fault_counts(self) -> dict[str, Any]:
+        """The done record's ``faults`` (from the process's start) and ``run_faults`` (since the
+        measured window opened), or why there are none."""
+        faults = process_faults()
+        if faults is None:
+            return {"faults_unavailable": NO_FAULT_COUNTS}
+        counts: dict[str, Any] = {"faults": faults}
+        if self._faults_at_window is not None:
+            counts["run_faults"] = {k: faults[k] - self._faults_at_window[k] for k in faults}
+        return counts
