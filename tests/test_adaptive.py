@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from isobench.analysis.compare import compare, floor_of
 from isobench.plan import expand
 from isobench.runner.adaptive import cells_to_run, decide
 from isobench.runner.execute import CellOutcome
@@ -78,16 +79,22 @@ def test_adaptive_stops_each_comparison_when_precise_and_says_why(tmp_path: Path
     assert reps["noisy"] == reps["baremetal"] == states["noisy"]["reached_at"]  # ... the baseline runs with the rest
 
 
-def test_a_noisy_aa_stops_with_the_comparisons_it_is_the_floor_for(tmp_path: Path) -> None:
-    # The A/A is far noisier than the comparisons: left to itself it would run to the budget for a
-    # verdict of its own, but its floor serves 'quiet' (decided at once) and 'noisy' (later).
+def _served_study(tmp_path: Path, aa_sd: float) -> tuple[Store, dict, dict]:
+    # The A/A is noisier than the comparisons: left to itself it runs on for a verdict of its own,
+    # but its floor serves 'quiet' (decided at once) and 'noisy' (later).
     text = STUDY.replace("adaptive: {target: 0.02, min_repetitions: 3, max_repetitions: 12}",
                          "adaptive: {min_repetitions: 3, max_repetitions: 40}")
-    store = _simulate(tmp_path, text, sd={**SD, "aa": 0.04, "noisy": 0.012})
+    store = _simulate(tmp_path, text, sd={**SD, "aa": aa_sd, "noisy": 0.012})
     meta = json.loads(store.meta("adaptive") or "{}")
     states = {c["label"]: c for c in meta["comparisons"]}
     assert states["quiet"]["status"] == "verdict" and states["quiet"]["reached_at"] == 3
     assert states["noisy"]["status"] == "verdict" and states["noisy"]["reached_at"] > 3
+    return store, meta, states
+
+
+def test_an_aa_stops_with_the_comparisons_it_is_the_floor_for_once_its_floor_is_in_the_margin(
+        tmp_path: Path) -> None:
+    store, meta, states = _served_study(tmp_path, 0.015)
     # The A/A ran exactly as long as the last comparison it serves, and says why it stopped.
     assert states["aa"]["status"] == "served" and states["aa"]["verdict"] == "inconclusive"
     assert states["aa"]["reached_at"] == states["noisy"]["reached_at"] < 40
@@ -97,6 +104,14 @@ def test_a_noisy_aa_stops_with_the_comparisons_it_is_the_floor_for(tmp_path: Pat
     from isobench.report.adaptive_table import stop_words
     assert stop_words(states["aa"], meta).startswith(f"stopped at round {states['aa']['reached_at']}: every "
                                                      "comparison it is the noise floor for had its verdict")
+
+
+def test_an_aa_whose_floor_is_wider_than_the_margin_runs_on(tmp_path: Path) -> None:
+    # The floor is what the study states about itself: a wide one keeps its rounds.
+    store, _, states = _served_study(tmp_path, 0.04)
+    assert (states["aa"]["reached_at"] or 40) > states["noisy"]["reached_at"]  # past its comparisons
+    aa = next(c for c in compare(store) if c.label == "aa" and c.metric == "e2e")
+    assert floor_of(aa) <= aa.margin  # ... until the floor it states was within the margin
 
 
 def test_adaptive_budget_runs_out_and_is_named(tmp_path: Path) -> None:

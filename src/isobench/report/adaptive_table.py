@@ -29,8 +29,8 @@ def stop_words(state: dict[str, Any], meta: dict[str, Any]) -> str:
         width = f"±{target:.1%}" if isinstance(target, int | float) else "the target"
         return f"stopped at round {at}: its interval reached {width}"
     if status == "served":
-        return (f"stopped at round {at}: every comparison it is the noise floor for had its verdict "
-                f"({state.get('verdict', 'inconclusive')} itself)")
+        return (f"stopped at round {at}: every comparison it is the noise floor for had its verdict, and "
+                f"its floor was within the margin ({state.get('verdict', 'inconclusive')} itself)")
     if status == "budget":
         kind = budget_kind(str(meta.get("reason") or ""))
         return (f"budget ran out at round {rounds}" + (f" ({kind})" if kind else "")

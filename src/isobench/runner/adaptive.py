@@ -85,7 +85,8 @@ class Decision:
 
 ALPHA = 0.05
 #: a comparison in one of these states has stopped for good: later looks keep it as it stopped
-#: ("served": an A/A whose variant's comparisons all stopped before it had a verdict of its own)
+#: ("served": an A/A whose variant's comparisons all stopped, its floor within the margin, before
+#: it had a verdict of its own)
 STOPPED = ("verdict", "reached", "served")
 RULE = ("alpha spending, Lan–DeMets Pocock type α(t)=0.05·ln(1+(e−1)t), t=rounds/max_repetitions; "
         "each look tests at the increment")
@@ -104,7 +105,7 @@ def look_alpha(rounds: int, max_rounds: int, looks: list[int]) -> float:
 
 def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | None = None) -> Decision:
     """Which comparisons still need repetitions after ``rounds`` measured rounds, and whether to stop."""
-    from isobench.analysis.compare import compare
+    from isobench.analysis.compare import compare, floor_of
     from isobench.analysis.verdict import inside_floor, verdict_and_reason
 
     settings = study.adaptive
@@ -147,10 +148,14 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
                 held.add(_variant(c))  # resolved by its own interval, held back by the A/A floor
         judged.append((c, state))
     # An A/A states the floor for its variant's comparisons: once none of them runs on (and none
-    # is held inside the floor), more A/A rounds would narrow a floor that no verdict waits for.
+    # is held inside the floor) and the floor it states is within the equivalence margin, more
+    # A/A rounds would narrow a floor that no verdict waits for. A wider floor runs on: the study
+    # states it, and a reader judges every other result by it.
     waiting = {_variant(c) for c, state in judged if state.status == "running" and not c.is_aa} | held
     for c, state in judged:
-        if c.is_aa and state.status == "running" and _variant(c) not in waiting:
+        floor = floor_of(c)
+        if c.is_aa and state.status == "running" and _variant(c) not in waiting \
+                and floor is not None and floor <= c.margin:
             state.status, state.reached_at = "served", rounds
         states.append(state)
         if state.status == "running":
