@@ -66,7 +66,8 @@ def test_export_formats(finished_study: Path, fmt: str, tmp_path: Path) -> None:
     result = run_cli("export", str(finished_study), "--format", fmt, "-o", str(target))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "" and f"wrote {target}" in result.stderr  # the note is a diagnostic
-    fields = {"study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status", "host"}
+    fields = {"study", "cell_id", "workload", "platform", "knobs", "rep", "metric", "value", "unit", "status", "host",
+              "versions"}
     if fmt == "jsonl":
         rows = json_lines(target.read_text())
     elif fmt == "csv":
