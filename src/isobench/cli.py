@@ -335,11 +335,13 @@ def compare_cmd(directory_a: Path, directory_b: Path,
                     help="for CI: exit 1 when a group of B is resolved slower than A (the verdict `slower`: "
                          "its 95% interval excludes 1 after Holm) and, with :RATIO, B/A >= RATIO "
                          "(slower:1.05: at least 5% slower); faster[:RATIO] likewise for B/A <= RATIO. "
+                         "A group that ran on another device in B than in A (not comparable) exits 1 too. "
                          "Exit 0 otherwise; 2 stays for bad input")] = None,
                 ) -> None:
     """Compare two studies (e.g. two hosts or two versions): B's time relative to A's, group by group."""
     from isobench.analysis.compare import parse_fail_if
     from isobench.analysis.crossstudy import cross_compare
+    from isobench.analysis.verdict import NOT_COMPARABLE
     from isobench.report.terminal import print_cross
     from isobench.store import Store
 
@@ -365,9 +367,11 @@ def compare_cmd(directory_a: Path, directory_b: Path,
         return
     tripped = [c for c in result.comparisons if gate.trips(c)]
     for c in tripped:
-        err_console.print(f"fail-if {gate}: {c.workload} {c.platform} {c.metric} is {c.ratio:.3f}x {c.baseline} "
-                          f"(95% CI {c.ci_low:.3f}-{c.ci_high:.3f}), resolved {c.verdict}",
-                          markup=False, highlight=False, soft_wrap=True)
+        text = (f"fail-if {gate}: {c.workload} {c.platform} {c.metric}: {c.verdict}: {c.verdict_reason}"
+                if c.verdict == NOT_COMPARABLE else
+                f"fail-if {gate}: {c.workload} {c.platform} {c.metric} is {c.ratio:.3f}x {c.baseline} "
+                f"(95% CI {c.ci_low:.3f}-{c.ci_high:.3f}), resolved {c.verdict}")
+        err_console.print(text, markup=False, highlight=False, soft_wrap=True)
     if tripped:
         raise typer.Exit(1)
     err_console.print(f"fail-if {gate}: no group of B tripped it ({len(result.comparisons)} compared)",

@@ -12,7 +12,7 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from isobench.analysis import verdict as vd
 from isobench.analysis.blocked import Point, estimate, screen, shared_flag
@@ -22,6 +22,9 @@ from isobench.plan.cells import closest_by_knobs
 from isobench.store import Store
 from isobench.study.aa import is_aa_group
 from isobench.studyfile import load_study_text
+
+if TYPE_CHECKING:
+    from isobench.study.model import PlatformEntry
 
 
 @dataclass
@@ -55,6 +58,9 @@ class Group:
     duet_overlaps: list[float] = field(default_factory=list)
     #: the engine and runtime versions its cells ran on (runtime_versions.py)
     versions: dict[str, str] = field(default_factory=dict)
+    #: the devices its cells report running on (platform_info.workload.device: cpu, cuda); empty when the
+    #: workload reports none. ``device: auto`` follows what the platform can see, so two groups may differ.
+    devices: set[str] = field(default_factory=set)
 
     @property
     def kept_contaminated(self) -> int:
@@ -106,7 +112,7 @@ class Comparison:
     #: the chosen estimate's standard error and degrees of freedom (log scale)
     se: float | None = None
     df: float | None = None
-    #: slower/faster (higher/lower), equivalent or inconclusive: see analysis/verdict.py
+    #: slower/faster (higher/lower), equivalent, inconclusive or not comparable: see analysis/verdict.py
     verdict: str = "inconclusive"
     #: the 90% interval of the TOST and its equivalence margin (±m: [1/(1+m), 1+m])
     ci90_low: float | None = None
@@ -115,10 +121,16 @@ class Comparison:
     #: inconclusive: repetitions per side that would settle it at the observed standard error
     repetitions_needed: int | None = None
     #: why the verdict is not the direction its interval shows (too few pairs, inside the A/A noise
-    #: floor: analysis/verdict.py); empty when no guard held one back
+    #: floor: analysis/verdict.py), or why it is not comparable; empty when no guard held one back
     verdict_reason: str = ""
     #: the engine and runtime versions the compared platform's cells ran on ({} for the host itself)
     versions: dict[str, str] = field(default_factory=dict)
+    #: the devices each side's cells ran on (sorted; empty where the workload reports none)
+    devices: list[str] = field(default_factory=list)
+    baseline_devices: list[str] = field(default_factory=list)
+    #: why the two sides cannot be compared (they ran on different devices), with the fix; "" when they
+    #: can. judge() turns it into the verdict "not comparable"; set before _adjust (Holm leaves it out).
+    incomparable: str = ""
 
     @property
     def significant_holm(self) -> bool:
@@ -154,6 +166,36 @@ def versions_of(platform_info: dict[str, Any] | str | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
+def device_of(platform_info: dict[str, Any]) -> str:
+    """The device a cell's workload says it ran on ("cpu", "cuda"); "" when it reports none."""
+    facts = platform_info.get("workload")
+    device = facts.get("device") if isinstance(facts, dict) else None
+    return str(device) if device else ""
+
+
+def _on_gpu(group: Group) -> bool:
+    return any(d.startswith("cuda") for d in group.devices)
+
+
+def device_mismatch(group: Group, base: Group, entries: dict[str, PlatformEntry]) -> str:
+    """Why ``group`` cannot be compared with ``base``: they ran on different devices ("" when they did
+    not, or one side reports none). Names both sides' devices and the fix."""
+    if not vd.devices_differ(group.devices, base.devices):
+        return ""
+    text = (f"{group.display} ran on {vd.fmt_devices(group.devices)} and {base.display} on "
+            f"{vd.fmt_devices(base.devices)}")
+    if str(group.params.get("device", "auto")) == "auto":
+        text += " (device: auto follows what each platform can see)"
+    fixes = ["set the workload's device (device: cpu)"]
+    # The side that missed the GPU the other used: an oci entry on runc or crun can be given it (platforms/oci.py).
+    for blind, other in ((group, base), (base, group)):
+        entry = entries.get(blind.platform_key)
+        if _on_gpu(other) and not _on_gpu(blind) and entry is not None and entry.name == "oci" \
+                and entry.runtime != "runsc" and "gpus" not in entry.options:
+            fixes.append("pass the GPU into the container (options: {gpus: all})")
+    return f"{text}; " + ", or ".join(fixes)
+
+
 def _merge_versions(into: dict[str, str], found: dict[str, str]) -> None:
     """A group whose cells ran on different versions (an upgrade mid-study) names each: "1.1.5 | 1.1.12"."""
     for name, version in found.items():
@@ -182,6 +224,9 @@ def load_groups(store: Store) -> list[Group]:
                                         defaultdict(list), {}, host=host)
         group.metrics[row["metric"]].append(row["value"])
         _merge_versions(group.versions, versions_of(info))
+        device = device_of(info)
+        if device:
+            group.devices.add(device)
         group.reps[row["metric"]].append((row["rep"], row["value"]))
         duet = info.get("duet") if isinstance(info.get("duet"), dict) else {}
         group.points[row["metric"]].append(Point(row["rep"], row["value"], row["cell_id"],
@@ -264,7 +309,8 @@ def compare(store: Store) -> list[Comparison]:
                 effect=effect_words(est.ratio, metric), emulated=group.emulated or base.emulated,
                 params=group.params, host=group.host, method_reason=blocked.reason,
                 se_paired=blocked.se_paired, se_unpaired=blocked.se_unpaired, se=est.se, df=est.df,
-                margin=margin, versions=dict(group.versions)))
+                margin=margin, versions=dict(group.versions), devices=sorted(group.devices),
+                baseline_devices=sorted(base.devices), incomparable=device_mismatch(group, base, entries)))
     _adjust(results)
     return results
 
@@ -279,7 +325,8 @@ def _adjust(results: list[Comparison]) -> None:
     """Holm across each metric's comparisons; the A/A noise floor beside each comparison."""
     by_metric: dict[str, list[Comparison]] = defaultdict(list)
     for c in results:
-        if not c.is_aa:
+        # a comparison across devices tests nothing about a platform: it takes no share of alpha
+        if not c.is_aa and not c.incomparable:
             by_metric[c.metric].append(c)
     for family in by_metric.values():
         for c, p in zip(family, holm([c.p_value for c in family]), strict=True):
@@ -287,7 +334,7 @@ def _adjust(results: list[Comparison]) -> None:
     # A host's noise is its own: the floor comes from the A/A entry of the same host.
     floors: dict[tuple[str, str, str, str], list[Comparison]] = defaultdict(list)
     for c in results:
-        if c.is_aa:
+        if c.is_aa and not c.incomparable:  # an A/A across devices states the devices' gap, not noise
             floors[(c.workload, json.dumps(c.params, sort_keys=True), c.metric, c.host)].append(c)
     for c in results:
         candidates = floors.get((c.workload, json.dumps(c.params, sort_keys=True), c.metric, c.host), [])
@@ -309,6 +356,12 @@ def judge(c: Comparison) -> None:
     log_ratio = math.log(c.ratio)
     ci90 = interval_at(log_ratio, c.se, c.df, 1 - 2 * vd.ALPHA)
     c.ci90_low, c.ci90_high = ci90 if ci90 else (None, None)
+    if c.incomparable:
+        # A CPU-vs-GPU ratio is no platform's cost, and more repetitions cannot change that. Clearing
+        # `significant` keeps what reads it (hints, phase attributions, views) from calling an effect.
+        c.verdict, c.verdict_reason, c.repetitions_needed = vd.NOT_COMPARABLE, c.incomparable, None
+        c.significant = False
+        return
     p = c.p_holm if c.p_holm is not None else c.p_value
     n = min(c.n, c.n_baseline)
     floor = None if c.is_aa else c.noise_floor  # an A/A is not judged against its own floor
@@ -348,7 +401,8 @@ FAIL_IF_FIX = ("use slower (any resolved slowdown), slower:RATIO (resolved and B
 @dataclass(frozen=True)
 class FailIf:
     """A CI gate: trips on a comparison whose verdict is ``direction`` (a resolved difference: its
-    95% interval excludes 1 after Holm) and, with a threshold, whose ratio is beyond it."""
+    95% interval excludes 1 after Holm) and, with a threshold, whose ratio is beyond it; and on one
+    that is not comparable (B ran on another device than A): the gate cannot vouch for it."""
 
     direction: str  # "slower" or "faster"
     threshold: float | None = None
@@ -357,6 +411,8 @@ class FailIf:
         return self.direction + (f":{self.threshold:g}" if self.threshold is not None else "")
 
     def trips(self, c: Comparison) -> bool:
+        if c.verdict == vd.NOT_COMPARABLE:  # B lost (or gained) the GPU: passing would hide it
+            return True
         if c.verdict != self.direction:
             return False
         if self.threshold is None:

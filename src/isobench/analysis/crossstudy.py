@@ -1,7 +1,9 @@
 """Compare two studies (two hosts, two versions): each group of B against the same group of A.
 
 Refuses incomparable results with the reason (different workloads, parameters, or emulated
-against native cells) unless forced; then compares what the two have in common.
+against native cells) unless forced; then compares what the two have in common. A group whose
+cells ran on another device than its counterpart's (``device: auto`` on a host with a GPU and one
+without) is compared but reads "not comparable" (analysis/verdict.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 
 from isobench.analysis.compare import Comparison, Group, _adjust, compare, floor_of, judge, load_groups
 from isobench.analysis.stats import METHOD, bootstrap_ratio_ci, effect_words, ratio_ci
+from isobench.analysis.verdict import devices_differ, fmt_devices
 from isobench.errors import UserError
 from isobench.store import Store
 
@@ -37,6 +40,16 @@ def _describe(variant: tuple[str, str], other: set[tuple[str, str]]) -> str:
         return variant[0]
     differ = sorted({k for t in twins for k in set(t) | set(params) if t.get(k) != params.get(k)})
     return f"{variant[0]} with " + ", ".join(f"{k}={params.get(k)!r}" for k in differ)
+
+
+def _device_mismatch(g: Group, ref: Group, name_a: str, name_b: str) -> str:
+    """Why B's group cannot be compared with A's: they ran on different devices ("" when they did not)."""
+    if not devices_differ(g.devices, ref.devices):
+        return ""
+    auto = " (device: auto follows what each host can see)" if str(g.params.get("device", "auto")) == "auto" else ""
+    return (f"{g.display} ({name_b}) ran on {fmt_devices(g.devices)} and {ref.display} ({name_a}) on "
+            f"{fmt_devices(ref.devices)}{auto}; set the workload's device (device: cpu) in both studies, or run "
+            "both where the same device is seen")
 
 
 def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, force: bool = False,
@@ -85,7 +98,8 @@ def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, forc
                 unit=g.units.get(metric, ""), method=METHOD, is_aa=False,
                 boot_low=boot[0] if boot else None, boot_high=boot[1] if boot else None,
                 effect=effect_words(est.ratio, metric), emulated=g.emulated or ref.emulated, params=g.params,
-                host=g.host))
+                host=g.host, devices=sorted(g.devices), baseline_devices=sorted(ref.devices),
+                incomparable=_device_mismatch(g, ref, name_a, name_b)))
     if not results:
         raise UserError("the two studies share no group (workload, parameters, platform entry and knobs)",
                         fix="compare studies run from the same study file")
@@ -95,7 +109,7 @@ def cross_compare(store_a: Store, store_b: Store, name_a: str, name_b: str, forc
     within = [compare(store) for store in (store_a, store_b)]
     for own in within:
         for c in own:
-            width = floor_of(c) if c.is_aa else None
+            width = floor_of(c) if c.is_aa and not c.incomparable else None
             if width is not None:
                 key = (c.workload, json.dumps(c.params, sort_keys=True), c.metric)
                 floors[key] = max(floors.get(key, 0.0), width)

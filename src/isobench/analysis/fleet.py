@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from isobench.analysis.compare import Comparison, hosts_of
-from isobench.analysis.verdict import DIRECTIONS
+from isobench.analysis.verdict import DIRECTIONS, NOT_COMPARABLE
 from isobench.analysis.views import Table, View
 
 #: metrics the fleet table spreads over hosts (probe metrics stay in their own table)
@@ -113,7 +113,8 @@ def fleet_rows(comparisons: list[Comparison], metrics: tuple[str, ...] | None = 
     fleet = hosts_of(comparisons)
     rows: dict[tuple[str, ...], FleetRow] = {}
     for c in comparisons:
-        if c.is_aa or c.emulated or (metrics is not None and c.metric not in metrics):
+        # a host whose sides ran on different devices has no platform ratio to spread (its sentence says why)
+        if c.is_aa or c.emulated or c.verdict == NOT_COMPARABLE or (metrics is not None and c.metric not in metrics):
             continue
         key = (c.workload, json.dumps(c.params, sort_keys=True), c.label, json.dumps(c.knobs, sort_keys=True),
                c.metric)

@@ -13,6 +13,7 @@ from isobench.analysis.compare import Comparison, Group, compare, hosts_of, load
 from isobench.analysis.fleet import FleetRow, fleet_rows, fleet_views
 from isobench.analysis.hints import Hint, hints
 from isobench.analysis.stats import log_sd
+from isobench.analysis.verdict import NOT_COMPARABLE
 from isobench.analysis.views import Context, View, build_views
 from isobench.analysis.warnings import Warning_, core_sharing_warning, study_warnings
 from isobench.store import Store
@@ -68,7 +69,7 @@ ADVISOR_NOTE = ("Noise is the per-side spread that each comparison's own method 
 def advise(groups: list[Group], comparisons: list[Comparison], baseline_key: str, target: float) -> list[Advice]:
     advice = []
     for c in comparisons:
-        if c.metric != "e2e":
+        if c.metric != "e2e" or c.verdict == NOT_COMPARABLE:  # repetitions cannot bridge two devices
             continue
         other = next((g for g in groups if g.workload == c.workload and g.platform_key == c.label
                       and g.knobs == c.knobs and g.host == c.host), None)
@@ -104,6 +105,9 @@ def analyse(store: Store, force: bool = False, target: float = 0.01, with_views:
     shown = [c for c in comparisons if force or not c.emulated]
     if not force:
         ctx.comparisons = shown
+    # A ratio across devices (cpu vs cuda) measures the devices: the views and hints leave it out; the
+    # comparison table, its sentence and a warning say why.
+    ctx.comparisons = [c for c in ctx.comparisons if c.verdict != NOT_COMPARABLE]
     failures = [f"{row['status']}: {row['cell_id']} on {row['display']}: {row['error']}"
                 for row in store.cells(include_warmup=True) if row["status"] != "ok"]
     import json

@@ -1,4 +1,4 @@
-"""One verdict per comparison: a resolved difference, equivalence within a margin, or inconclusive.
+"""One verdict per comparison: a resolved difference, equivalence within a margin, inconclusive, or not comparable.
 
 Rules (``decide_verdict``), on the log scale of the ratio r with its standard error and
 degrees of freedom (Welch or paired, whichever the comparison used):
@@ -39,11 +39,18 @@ verdict falls to equivalent where the TOST holds, else inconclusive):
 
 Adaptive stopping (runner/adaptive.py) applies the same guards at each look, so a comparison never
 stops on a direction the final report would refuse.
+
+**not comparable** (``NOT_COMPARABLE``): the two sides' cells report different devices (a workload's
+``device: auto`` runs on cuda where the process sees a GPU, else on cpu, so bare metal on a GPU host
+and a container without the GPU passed in run different hardware). Their ratio measures the devices,
+not the platform: no direction, no equivalence, no repetitions advice (more rounds cannot change
+it), and no place in the Holm family. It is neither a direction nor ``equivalent``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 from isobench.analysis.metric_sense import direction_word
 from isobench.analysis.stats import fmt_floor, interval_at
@@ -55,7 +62,9 @@ ALPHA = 0.05
 #: the most repetitions ``repetitions_needed`` ever advises (beyond it, the answer is "more than this")
 MAX_NEEDED = 10_000
 
-VERDICTS = ("slower", "faster", "higher", "lower", "equivalent", "inconclusive")
+#: the two sides ran on different devices (cpu vs cuda): their ratio is no platform's cost (see module)
+NOT_COMPARABLE = "not comparable"
+VERDICTS = ("slower", "faster", "higher", "lower", "equivalent", "inconclusive", NOT_COMPARABLE)
 #: the verdicts that resolve a difference (a direction: slower/faster for times, higher/lower otherwise)
 DIRECTIONS = frozenset(VERDICTS[:4])
 #: the fewest pairs (repetitions a side, unpaired) and degrees of freedom behind a direction (see module)
@@ -162,6 +171,17 @@ def repetitions_needed(log_ratio: float, se: float | None, df: float | None, n: 
                 low = mid + 1
         candidates.append(low)
     return min(candidates) if candidates else None
+
+
+def devices_differ(devices: Collection[str], baseline_devices: Collection[str]) -> bool:
+    """Both sides report the devices their cells ran on, and the two differ (not comparable).
+    A side that reports none (a workload without a device) is not judged."""
+    return bool(devices) and bool(baseline_devices) and set(devices) != set(baseline_devices)
+
+
+def fmt_devices(devices: Collection[str]) -> str:
+    """"cuda", or "cpu+cuda" for a side whose cells ran on both."""
+    return "+".join(sorted(devices))
 
 
 def within_margin(c: object) -> bool:

@@ -12,7 +12,7 @@ from isobench.analysis import hostload
 from isobench.analysis.compare import Comparison, Group
 from isobench.analysis.contamination import contamination_text
 from isobench.analysis.stats import CROSSOVER_METHOD, DUET_METHOD, PAIRED_METHOD, fmt_floor, log_sd
-from isobench.analysis.verdict import MAX_NEEDED, fmt_margin
+from isobench.analysis.verdict import MAX_NEEDED, NOT_COMPARABLE, fmt_margin
 from isobench.plan.cells import closest_by_knobs
 
 #: robust z (0.6745·|x − median| / MAD) above which a repetition is an outlier (Iglewicz–Hoaglin)
@@ -136,6 +136,11 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
     for c in comparisons:
         if c.metric != "e2e" or c.emulated:
             continue
+        if c.verdict == NOT_COMPARABLE:
+            found.append(Warning_("device", f"{c.workload} on {c.platform}{where(c)}: {NOT_COMPARABLE}: "
+                                            f"{c.verdict_reason}. Its ratio to {c.baseline} measures the devices, "
+                                            "not the platform; more repetitions cannot change that.",
+                                  f"{c.workload} on {c.platform}{where(c)}"))
         if c.verdict == "inconclusive" and not c.is_aa and c.ci_low is not None:
             if c.repetitions_needed is None:
                 advice = ""

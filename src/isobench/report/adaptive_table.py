@@ -20,6 +20,9 @@ def stop_words(state: dict[str, Any], meta: dict[str, Any]) -> str:
     meta's ``comparisons``; ``meta`` the whole record (its rounds, reason, target, stopped)."""
     status, at = state.get("status"), state.get("reached_at")
     rounds = meta.get("rounds")
+    if status == "verdict" and state.get("verdict") == "not comparable":
+        return (f"stopped at round {at}: not comparable (the two sides ran on different devices; more rounds "
+                "cannot change that)")
     if status == "verdict":
         alpha = state.get("alpha")
         level = f" (at α={alpha:.4f})" if isinstance(alpha, int | float) else ""

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 from isobench.analysis.compare import Comparison
 from isobench.analysis.crossstudy import CrossResult
+from isobench.analysis.verdict import NOT_COMPARABLE
 from isobench.report.plaintext import md, md_table
 from isobench.report.terminal import fmt_knobs
 from isobench.store import Store
@@ -20,8 +21,10 @@ from isobench.studyfile import load_study_text
 
 #: GitHub refuses a comment over 65,536 characters: the table stops short of it, with room to spare
 SIZE_LIMIT = 60_000
-#: row order by verdict: a slowdown first, then a speed-up, then what is not resolved
-VERDICT_ORDER = {"slower": 0, "higher": 0, "faster": 1, "lower": 1, "inconclusive": 2, "equivalent": 3}
+#: row order by verdict: a slowdown first (and a comparison across devices, a setup to fix), then a
+#: speed-up, then what is not resolved
+VERDICT_ORDER = {NOT_COMPARABLE: 0, "slower": 0, "higher": 0, "faster": 1, "lower": 1, "inconclusive": 2,
+                 "equivalent": 3}
 COLUMNS = ["workload", "platform", "metric", "A ×baseline (95% CI)", "B ×baseline (95% CI)",
            "change B/A (95% CI)", "verdict"]
 LEGEND = ("×baseline: each study's time relative to its own baseline; change: B's time over A's "
@@ -35,6 +38,8 @@ def baseline_of(store: Store) -> str:
 
 
 def _ratio(c: Comparison) -> str:
+    if c.verdict == NOT_COMPARABLE:  # a ratio across devices is no platform's cost
+        return NOT_COMPARABLE
     if c.ci_low is None or c.ci_high is None:
         return f"{c.ratio:.3f}× (n<2)"
     return f"{c.ratio:.3f}× ({c.ci_low:.3f}–{c.ci_high:.3f})"
@@ -77,7 +82,8 @@ def render_compare_md(result: CrossResult, name_a: str, name_b: str, baselines: 
         platform = c.label + (f" · {fmt_knobs(c.knobs)}" if c.knobs else "") + \
             (f" on {c.host}" if several_hosts else "")
         rows.append([workload, platform, c.metric, _own_cell(own_a, baselines[0], c),
-                     _own_cell(own_b, baselines[1], c), _ratio(c), c.verdict])
+                     _own_cell(own_b, baselines[1], c), _ratio(c),
+                     f"{c.verdict}: {c.verdict_reason}" if c.verdict == NOT_COMPARABLE else c.verdict])
     head = ["### isobench compare: B relative to A", "", f"A: {md(name_a)}  ", f"B: {md(name_b)}", ""]
     tail = [""] + [f"- note: {md(note)}" for note in result.notes] + ([""] if result.notes else []) + [LEGEND]
     room = SIZE_LIMIT - sum(len(line) + 1 for line in head + tail) - 200  # 200: the note on rows cut

@@ -9,7 +9,7 @@ from typing import Any
 
 from isobench.analysis.stats import fmt_floor
 from isobench.analysis.summary import ADVISOR_NOTE, Analysis
-from isobench.analysis.verdict import fmt_margin, within_margin
+from isobench.analysis.verdict import NOT_COMPARABLE, fmt_margin, within_margin
 from isobench.analysis.views import Figure, Skipped, Table
 from isobench.report import figures
 from isobench.report.adaptive_table import stop_words
@@ -95,17 +95,22 @@ def comparison_rows(analysis: Analysis) -> list[list[str]]:
     rows = []
     for c in ordered_e2e(analysis):
         entry = c.platform + (f" ({c.label})" if c.label not in c.platform and not c.is_aa else "")
+        # across devices the ratio is the devices' (cpu vs cuda): the verdict column says so, no number
+        numbers = ["-"] * 3 if c.verdict == NOT_COMPARABLE else \
+            [f"{c.ratio:.3f}", _ci(c.ci_low, c.ci_high), _ci(c.boot_low, c.boot_high)]
         rows.append([c.workload, *([c.host] if multi_host(analysis) else []), entry + (" (A/A)" if c.is_aa else "") + (" [emulated]" if c.emulated else ""),
                      fmt_knobs(c.knobs), f"{c.n}/{c.n_baseline}", fmt_seconds(c.baseline_mean), fmt_seconds(c.mean),
-                     f"{c.ratio:.3f}", _ci(c.ci_low, c.ci_high), _ci(c.boot_low, c.boot_high),
-                     "" if c.p_holm is None else f"{c.p_holm:.3g}",
+                     *numbers, "" if c.p_holm is None else f"{c.p_holm:.3g}",
                      "-" if c.noise_floor is None else fmt_floor(c.noise_floor),
                      ("the noise floor (A/A): " if c.is_aa else "") + verdict_text(c)])
     return rows
 
 
 def verdict_text(c: Any) -> str:
-    """The verdict column: the effect in words, 'equivalent (±2%)' or 'inconclusive (about N more repetitions)'."""
+    """The verdict column: the effect in words, 'equivalent (±2%)', 'inconclusive (about N more repetitions)'
+    or 'not comparable: why' (the two sides ran on different devices)."""
+    if c.verdict == NOT_COMPARABLE:
+        return f"{NOT_COMPARABLE}: {c.verdict_reason}"
     if c.verdict == "equivalent":
         return f"equivalent ({fmt_margin(c.margin)})"
     if c.verdict == "inconclusive":

@@ -10,7 +10,14 @@ from rich.table import Table
 from isobench.analysis.compare import Comparison, hosts_of, phase_attribution
 from isobench.analysis.metric_sense import declared_metrics
 from isobench.analysis.stats import fmt_floor, fmt_seconds
-from isobench.analysis.verdict import DIRECTIONS, MAX_NEEDED, fmt_margin, within_margin
+from isobench.analysis.verdict import (
+    DIRECTIONS,
+    MAX_NEEDED,
+    NOT_COMPARABLE,
+    fmt_devices,
+    fmt_margin,
+    within_margin,
+)
 from isobench.report.plaintext import Markup, markup, plain
 from isobench.runtime_versions import version_words
 from isobench.store import Store
@@ -35,7 +42,7 @@ def floor_width(aa: Comparison) -> float:
 
 def noise_floor(comparisons: list[Comparison], workload: str, metric: str, host: str | None = None) -> Comparison | None:
     return next((c for c in comparisons if c.is_aa and c.workload == workload and c.metric == metric
-                 and (host is None or c.host == host)), None)
+                 and c.verdict != NOT_COMPARABLE and (host is None or c.host == host)), None)
 
 
 def common_knobs(comparisons: list[Comparison]) -> set[str]:
@@ -55,13 +62,16 @@ def sentence(c: Comparison, comparisons: list[Comparison], hide: set[str] | None
     "docker/runc: resnet-infer e2e is equivalent to baremetal within ±2% (90% CI 0.99–1.01, n=8, paired by round)",
     "gvisor: resnet-infer e2e 1.07× baremetal (95% CI 1.04–1.10, n=5): 7.0% slower (moderate), mostly in
     inference (80% of the difference); A/A noise floor ±1.2%",
-    "oci/runc: ... inconclusive: about 14 more repetitions would settle it"."""
+    "oci/runc: ... inconclusive: about 14 more repetitions would settle it",
+    "oci/vanilla: resnet-infer e2e: not comparable: oci/vanilla ran on cpu and baremetal on cuda (...)"."""
     shown = {k: v for k, v in c.knobs.items() if k not in (hide or set())}
     knobs = f" [{fmt_knobs(shown)}]" if shown else ""
     where = f" on {c.host}" if len(hosts_of(comparisons)) > 1 else ""  # a cluster study: say which host
     how = ", " + METHOD_WORDS[c.method] if c.method in METHOD_WORDS else ""
     built = f" ({version_words(c.versions)})" if c.versions else ""  # which engine and runtime builds
     head = f"{c.platform}{built}{knobs}{where}: {c.workload} {c.metric}"
+    if c.verdict == NOT_COMPARABLE:  # no ratio: across devices it would read as the platform's cost
+        return f"{head}: {NOT_COMPARABLE}: {c.verdict_reason}"
     if c.verdict == "equivalent" and c.ci90_low is not None and c.ci90_high is not None:
         text = (f"{head} is equivalent to {c.baseline} within {fmt_margin(c.margin)} "
                 f"(90% CI {c.ci90_low:.2f}–{c.ci90_high:.2f}, n={c.n}{how})")
@@ -142,7 +152,10 @@ def noise_floor_lines(comparisons: list[Comparison]) -> list[str]:
     lines = []
     multi = len(hosts_of(comparisons)) > 1
     for c in comparisons:
-        if c.is_aa and c.metric == "e2e" and c.ci_low is not None and c.ci_high is not None:
+        if c.is_aa and c.metric == "e2e" and c.verdict == NOT_COMPARABLE:
+            lines.append(f"A/A entry for {c.workload}" + (f" on {c.host}" if multi else "")
+                         + f": {NOT_COMPARABLE}, so no noise floor: {c.verdict_reason}")
+        elif c.is_aa and c.metric == "e2e" and c.ci_low is not None and c.ci_high is not None:
             width = floor_width(c)
             lines.append(f"A/A noise floor for {c.workload}" + (f" on {c.host}" if multi else "") + f": {c.platform} vs {c.baseline} is {c.ratio:.3f}× "
                          f"(95% CI {fmt_ci(c)}): effects smaller than {fmt_floor(width)} are not resolved"
@@ -160,7 +173,20 @@ def _aa_verdict(c: Comparison) -> str:
 
 #: the comparison table's verdict column: the word, coloured
 MARKERS = {"slower": "[red]slower[/]", "faster": "[cyan]faster[/]", "higher": "[red]higher[/]",
-           "lower": "[cyan]lower[/]", "equivalent": "[green]≈ equivalent[/]", "inconclusive": "[yellow]inconclusive[/]"}
+           "lower": "[cyan]lower[/]", "equivalent": "[green]≈ equivalent[/]", "inconclusive": "[yellow]inconclusive[/]",
+           NOT_COMPARABLE: "[magenta]not comparable[/]"}
+
+
+def _startup(start: Comparison | None) -> str:
+    """The start-up column: the platform's start-up time and its ratio (none across devices)."""
+    if start is None:
+        return ""
+    return f"{start.mean:.2f} s" + ("" if start.verdict == NOT_COMPARABLE else f" ({start.ratio:.1f}×)")
+
+
+def device_words(c: Comparison) -> str:
+    """A not-comparable comparison's devices, in a few words: "cpu vs cuda" (the platform's first)."""
+    return f"{fmt_devices(c.devices)} vs {fmt_devices(c.baseline_devices)}"
 
 
 def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
@@ -183,9 +209,12 @@ def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
         start = startup.get((c.workload, c.label, str(c.knobs), c.host))
         top = phase_attribution(comparisons, c) if c.significant else None
         marker = Markup(MARKERS.get(c.verdict, "[yellow]inconclusive[/]"))
+        ratio, ci = f"{c.ratio:.3f}", fmt_ci(c)
+        if c.verdict == NOT_COMPARABLE:  # the devices, not the platform, set this ratio: none is shown
+            marker, ratio, ci = markup("[magenta]not comparable ({})[/]", device_words(c)), "-", "-"
         table.add_row(*map(plain, (c.workload, *host(c.host), c.platform + (" (A/A)" if c.is_aa else ""),
-                                   fmt_knobs(c.knobs), str(c.n), fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c),
-                                   marker, f"{start.mean:.2f} s ({start.ratio:.1f}×)" if start else "",
+                                   fmt_knobs(c.knobs), str(c.n), fmt_seconds(c.mean), ratio, ci,
+                                   marker, _startup(start),
                                    f"{top[0]} ({top[1]:.0%})" if top else "")))
     return table
 
@@ -288,7 +317,8 @@ def print_cross(result: object, console: Console) -> None:
         table.add_row(*map(plain, (c.workload, c.platform, fmt_knobs(c.knobs), f"{c.n_baseline}/{c.n}",
                                    fmt_seconds(c.baseline_mean), fmt_seconds(c.mean), f"{c.ratio:.3f}", fmt_ci(c),
                                    "" if c.p_holm is None else f"{c.p_holm:.3g}",
-                                   c.effect if c.significant_holm else "not resolved")))
+                                   f"{NOT_COMPARABLE} ({device_words(c)})" if c.verdict == NOT_COMPARABLE
+                                   else c.effect if c.significant_holm else "not resolved")))
     console.print(table)
     for c in comparisons:
         console.print(sentence(c, comparisons), markup=False, highlight=False)

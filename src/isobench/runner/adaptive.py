@@ -3,7 +3,9 @@
 After the planned rounds, each check (a *look*) computes the study's comparisons on the
 adaptive metric, as the report does (paired or Welch, Holm across comparisons), and stops a
 comparison once it has a verdict other than inconclusive: a resolved difference or shown
-equivalence within the study's margin (analysis/verdict.py). The next round runs only the
+equivalence within the study's margin (analysis/verdict.py). A comparison whose two sides ran
+on different devices (cpu vs cuda: "not comparable") stops at once: more rounds cannot change
+which device each side sees, and no alpha is spent on it. The next round runs only the
 groups of comparisons still running, plus their baseline, in the seeded interleaved order;
 cell ids are the plan's own (``<group>/r<rep>``), so ``--resume`` continues exactly.
 Everything stops when all comparisons are done or a budget (rounds, time: re-runs count) runs out; the
@@ -106,7 +108,7 @@ def look_alpha(rounds: int, max_rounds: int, looks: list[int]) -> float:
 def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | None = None) -> Decision:
     """Which comparisons still need repetitions after ``rounds`` measured rounds, and whether to stop."""
     from isobench.analysis.compare import compare, floor_of
-    from isobench.analysis.verdict import inside_floor, verdict_and_reason
+    from isobench.analysis.verdict import NOT_COMPARABLE, inside_floor, verdict_and_reason
 
     settings = study.adaptive
     assert settings is not None
@@ -134,6 +136,9 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
             # Stopped at an earlier look: it stays stopped, with the verdict it stopped on.
             state.status, state.reached_at = old["status"], old["reached_at"]
             state.verdict, state.alpha = old.get("verdict", "inconclusive"), old.get("alpha")
+        elif c.verdict == NOT_COMPARABLE:
+            # Different devices on the two sides: finished, whatever the rounds; it tests nothing (no alpha).
+            state.status, state.reached_at, state.verdict = "verdict", rounds, NOT_COMPARABLE
         else:
             p = c.p_holm if c.p_holm is not None else c.p_value
             # The report's guards (too few pairs, inside the A/A floor) apply at every look too.
