@@ -14,6 +14,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from jsonschema import Draft202012Validator
+
 from isobench.analysis.compare import Comparison, compare
 from isobench.analysis.crossstudy import cross_compare
 from isobench.analysis.summary import analyse
@@ -132,6 +134,9 @@ def test_every_printed_place_says_not_comparable_and_why(tmp_path: Path) -> None
     assert by_label["vanilla"]["verdict_reason"] == EXPECTED_REASON
     assert by_label["vanilla"]["repetitions_needed"] is None
     assert by_label["gpu"]["verdict"] == "equivalent"
+    # and the published schema of that record admits the verdict (`isobench schema summary`)
+    schema = json.loads(run_cli("schema", "summary", check=True).stdout)
+    Draft202012Validator(schema).validate(records)
 
 
 def test_workloads_that_report_no_device_are_judged_as_before(tmp_path: Path) -> None:

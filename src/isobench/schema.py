@@ -16,7 +16,7 @@ from typing import Any
 from isobench.errors import UserError
 
 #: the version of the ``isobench summary --json`` record (isobench.report.export has the export's)
-SUMMARY_VERSION = 3
+SUMMARY_VERSION = 4
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 _STRING = {"type": "string"}
@@ -93,9 +93,11 @@ def summary_schema() -> dict[str, Any]:
         "host": _described(_STRING, "the host both sides ran on"),
         "p_holm": _described(_OPTIONAL_NUMBER, "the Holm-adjusted p-value across the study's comparisons of "
                                                "this metric (null for A/A)"),
-        "verdict": _described({"enum": ["slower", "faster", "higher", "lower", "equivalent", "inconclusive"]},
+        "verdict": _described({"enum": ["slower", "faster", "higher", "lower", "equivalent", "inconclusive",
+                                        "not comparable"]},
                               "a resolved difference (slower/faster for times, higher/lower otherwise), "
-                              "equivalence within the margin, or inconclusive"),
+                              "equivalence within the margin, inconclusive, or not comparable (the two "
+                              "sides ran on different devices: verdict_reason says which)"),
         "ci90_low": _described(_OPTIONAL_NUMBER, "lower bound of the 90% interval of the equivalence test"),
         "ci90_high": _described(_OPTIONAL_NUMBER, "upper bound of the 90% interval of the equivalence test"),
         "margin": _described(_NUMBER, "the equivalence margin m: equivalent within [1/(1+m), 1+m]"),
