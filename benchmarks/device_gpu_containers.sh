@@ -151,6 +151,7 @@ fi
 # metal on one named core (the paper's bare metal at N cores: N cores, no quota) against a runc
 # container under a 1-CPU quota whose threads the scheduler spreads over every core (vanilla) and
 # the same quota on one named core (pinned). Written here, not built in: it needs 8+ cores.
+# device: cpu, not auto: bare metal would take the GPU and a container without it the CPU.
 F7_LIMIT=${F7_LIMIT:-150}
 if [ "$F7_LIMIT" -gt 0 ] && [ -n "$OK_RUNTIMES" ]; then
     step f7-file 30 "$PY" -c '
@@ -161,7 +162,7 @@ platforms = [{"name": "baremetal", "knobs": one_core}, {"name": "baremetal", "la
              {"name": "oci", "label": "vanilla", "runtime": runtime, "knobs": {"cpus": 1}},
              {"name": "oci", "label": "pinned", "runtime": runtime, "knobs": {"cpus": 1, "cpuset": "1"}}]
 study = {"name": "f7-low-ratio", "description": "Samani & Salehi F7 at 1 of this host cores: vanilla vs pinned container",
-         "workloads": [{"name": "resnet-infer", "params": {"image_size": 64, "requests": 20}}],
+         "workloads": [{"name": "resnet-infer", "params": {"image_size": 64, "requests": 20, "device": "cpu"}}],
          "platforms": platforms, "baseline": "baremetal", "cell_cores": "all", "knobs": {"threads": 2},
          "probes": {"proc": {}, "cgroup": {}}, "schedule": "sequential", "min_seconds": 2, "warmup_items": 10,
          "warmup": 0, "repetitions": "auto", "adaptive": {"min_repetitions": 5, "max_repetitions": 12,
