@@ -23,6 +23,7 @@ from isobench.studyfile import builtin_studies, load_study_text, resolve_study_t
 #: study -> the schedule its file documents; a sequential one says why at its top
 SCHEDULES = {
     "default": "duet",
+    "density": "sequential",  # tenant groups, host-wide memory
     "gpu-containers": "sequential",  # one GPU
     "layers": "duet",
     "llm": "duet",
@@ -34,7 +35,7 @@ SCHEDULES = {
     "siddaramanna-john": "duet",
 }
 #: studies without an A/A entry, each writing `aa: false` with its reason
-NO_AA = {"park-bahn-nvm"}
+NO_AA = {"park-bahn-nvm", "density"}
 #: the resolving design's values a written field may differ from only with a reason beside it
 RESOLVING_VALUES: dict[str, Any] = {**RESOLVING_FIELDS, "schedule": "duet", "duet_swap_s": 0.02,
                                     "cell_cores": "disjoint"}

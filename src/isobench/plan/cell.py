@@ -43,6 +43,8 @@ class TenantInfo:
     index: int
     count: int
     group: str
+    #: the members wait at a start line until every one is up (a density group: Workload.density)
+    start_line: bool = False
 
 
 @dataclass(frozen=True)

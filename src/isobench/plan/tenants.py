@@ -53,8 +53,12 @@ def _knob_digest(cell: Cell) -> str:
 
 
 def _member(cell: Cell, index: int, count: int, group: str) -> Cell:
+    from isobench.workloads import WORKLOADS
+
+    # a density group's members come up one by one: they wait for each other before they hold
+    waits = WORKLOADS.get(cell.workload).density
     return replace(cell, cell_id=f"{cell.cell_id}/t{index}",
-                   tenant=TenantInfo(index, count, group))
+                   tenant=TenantInfo(index, count, group, start_line=waits))
 
 
 def assign_tenants(study: Study, cells: list[Cell]) -> list[Cell]:

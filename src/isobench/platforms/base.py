@@ -130,9 +130,10 @@ class Platform(ABC):
         ``self.cell_stdin(cell)``."""
 
     def holds_at_start_line(self, cell: Cell) -> bool:
-        """The cell waits for the runner's go before its measured window: a duet member on a
-        platform that carries stdin to it."""
-        return cell.duet is not None and self.start_line
+        """The cell waits for the runner's go before its measured window: a duet member, or a
+        member of a tenant group that waits for all (density), on a platform that carries stdin."""
+        waits = cell.duet is not None or (cell.tenant is not None and cell.tenant.start_line)
+        return waits and self.start_line
 
     def cell_stdin(self, cell: Cell) -> int:
         """A pipe for a cell at the start line (the runner writes its go there), else nothing."""

@@ -258,7 +258,9 @@ def cores_line(store: Store) -> str | None:
 def print_summary(store: Store, comparisons: list[Comparison], console: Console) -> None:
     from isobench.report.design import design_line
 
-    console.print(comparison_table(store, comparisons))
+    table = comparison_table(store, comparisons)
+    if table.row_count:  # a density study times nothing per item: no empty e2e table
+        console.print(table)
     for line in (design_line(store.meta("design")), cores_line(store)):
         if line:
             console.print(line, markup=False, highlight=False)
@@ -270,6 +272,7 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
 
     for text in layer_lines(store) + interference_lines(store):
         console.print(text, markup=False, highlight=False)
+    print_density(store, console)
     failed = failures(store)
     if failed:
         console.print(markup("[red]{} cell(s) did not finish:[/]", len(failed)))
@@ -283,6 +286,23 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
             console.print(markup("[yellow]warning:[/] {}", warning.text), highlight=False)
     for hint in analysis.hints:
         console.print(markup("[cyan]why ({}):[/] {}", hint.status, hint.text), highlight=False)
+
+
+def print_density(store: Store, console: Console) -> None:
+    """A density study's table (analysis/density.py): memory per sandbox and start-up, per platform and N."""
+    from isobench.analysis.density import COLUMNS, TITLE, density_rows, notes, table_rows
+
+    rows = density_rows(store)
+    if not rows:
+        return
+    table = Table(title=TITLE)
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column == "platform" else "right")
+    for row in table_rows(rows):
+        table.add_row(*map(plain, row))
+    console.print(table)
+    for line in notes(rows):
+        console.print(line, markup=False, highlight=False)
 
 
 def print_fleet(store: Store, comparisons: list[Comparison], console: Console) -> None:

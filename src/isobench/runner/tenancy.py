@@ -21,6 +21,8 @@ from typing import Any
 from isobench.hostinfo import parse_cpu_list
 from isobench.plan.cells import Cell
 from isobench.platforms.base import Launched, Platform
+from isobench.runner.density import HostMemory, is_density
+from isobench.runner.density import measure as measure_density
 from isobench.runner.duet import CoreTrade, Leads, StartLine, overlap, trades_cores
 from isobench.runner.execute import Beside, CellOutcome, run_cell
 
@@ -71,7 +73,27 @@ def run_group(cells: list[Cell], platform: Platform | list[Platform],
               leads: Leads | None = None) -> list[CellOutcome]:
     """Run the members of a tenant group (one platform) or a duet pair (a platform per member)
     at once; return their outcomes in member order. A duet's members start ``leads``' delays
-    apart, so that their measured windows coincide; a tenant group's start together."""
+    apart, so that their measured windows coincide; a tenant group's start together. A density
+    unit (runner/density.py) has the host's memory read around it."""
+    if not is_density(cells):
+        return _run_together(cells, platform, leads)
+    memory = HostMemory()
+    memory.start()
+    try:
+        outcomes = _run_together(cells, platform, leads)
+    finally:
+        memory.stop()
+    measure_density(outcomes, memory)
+    return outcomes
+
+
+def _waits_at_start_line(cell: Cell) -> bool:
+    """A duet member, or a member of a tenant group that waits until all are up (density)."""
+    return cell.duet is not None or (cell.tenant is not None and cell.tenant.start_line)
+
+
+def _run_together(cells: list[Cell], platform: Platform | list[Platform],
+                  leads: Leads | None = None) -> list[CellOutcome]:
     platforms = platform if isinstance(platform, list) else [platform] * len(cells)
     if len(cells) == 1 and not cells[0].tenant:
         return [run_cell(cells[0], platforms[0])]
@@ -85,7 +107,7 @@ def run_group(cells: list[Cell], platform: Platform | list[Platform],
     trade = None
     if trades_cores(cells, platforms):
         trade = CoreTrade(cells[0].duet.swap_s, [str(c.cores) for c in cells])  # type: ignore[union-attr]
-    line = StartLine(len(cells), trade) if cells[0].duet else None
+    line = StartLine(len(cells), trade) if _waits_at_start_line(cells[0]) else None
     every_core = sorted({core for c in cells for core in parse_cpu_list(c.cores or "")})
 
     def tenant(index: int) -> None:

@@ -48,6 +48,10 @@ class Workload(ABC):
     #: the worker skips the interpreter's teardown after the last record (torch's costs ~1 s of
     #: every cell's wall time); a user's script keeps it, for its own atexit handlers
     needs_interpreter_exit: ClassVar[bool] = False
+    #: a density measurement (the ``idle`` workload): a tenant group of it waits at a start line
+    #: until every member is up, and the runner reads the host's memory per member and the
+    #: members' start-up spread around it (runner/density.py)
+    density: ClassVar[bool] = False
 
     @classmethod
     def artifact_flow(cls, params: WorkloadParams) -> tuple[str | None, str | None]:

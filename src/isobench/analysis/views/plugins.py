@@ -1,4 +1,4 @@
-"""Other analysis modules' views (isolation layers, interference), when they exist."""
+"""Other analysis modules' views (isolation layers, interference, density), when they exist."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ def plugin_views(ctx: Context) -> list[View]:
     import importlib
 
     views: list[View] = []
-    for module_name in ("isobench.analysis.layer_ladder", "isobench.analysis.interference"):
+    for module_name in ("isobench.analysis.layer_ladder", "isobench.analysis.interference",
+                        "isobench.analysis.density"):
         try:
             module = importlib.import_module(module_name)
         except ImportError:
