@@ -2,7 +2,7 @@
 # isobench's front door. Each command sets up what it needs first (idempotent):
 #   ./isobench.sh demo [ARGS]   set up, then run the default study (isobench run ARGS)
 #   ./isobench.sh test [ARGS]   set up, then run the test suite (pytest ARGS)
-#   ./isobench.sh setup         only set up: system packages, venv, Docker engine, runsc runtime
+#   ./isobench.sh setup         only set up: system packages, venv, runsc (bookworm-backports), Docker engine
 #   ./isobench.sh CMD [ARGS]    set up, then any isobench command (doctor, plan, summary, ...)
 set -euo pipefail
 
@@ -97,6 +97,71 @@ start_docker() {
   exit 1
 }
 
+# gVisor as users deploy it: Debian 12 ships runsc 0.0~20221219 (ptrace only); bookworm-backports
+# has 0.0~20240729, whose default platform is systrap. Only runsc comes from backports (the suite's
+# priority stays 100, so nothing else follows it), and Debian 12's build is kept unpacked beside
+# it for studies that compare the two (`runtime_path:`). A backports suite out of reach is logged,
+# not fatal: the runsc already installed stays.
+BACKPORTS_SOURCES=/etc/apt/sources.list.d/isobench-bookworm-backports.sources
+DEBIAN_SOURCES=/etc/apt/sources.list.d/debian.sources
+RUNSC_BACKPORTS_MIN=0.0~20240729
+RUNSC_KEPT_DIR=/opt/isobench/runsc-20221219   # platforms/runsc.py: KEPT_BOOKWORM_RUNSC
+
+# The version of runsc that apt offers from suite $1 (e.g. bookworm, bookworm-backports), or nothing.
+runsc_version_in() {
+  apt-cache madison runsc 2>/dev/null | awk -F' *[|] *' -v suite=" $1/" 'index($3, suite) {print $2; exit}'
+}
+
+keep_bookworm_runsc() {
+  [[ -x $RUNSC_KEPT_DIR/usr/bin/runsc ]] && return 0
+  local version tmp
+  version="$(runsc_version_in bookworm)"
+  if [[ -z $version ]]; then log "Debian 12's runsc is not in apt's lists: not kept at $RUNSC_KEPT_DIR"; return 0; fi
+  tmp="$(mktemp -d)"
+  if (cd "$tmp" && apt-get download -qq "runsc=$version" >/dev/null 2>&1) &&
+     mkdir -p "$(dirname "$RUNSC_KEPT_DIR")" && rm -rf "$RUNSC_KEPT_DIR.tmp" &&
+     dpkg-deb -x "$tmp"/runsc_*.deb "$RUNSC_KEPT_DIR.tmp" && mv "$RUNSC_KEPT_DIR.tmp" "$RUNSC_KEPT_DIR"; then
+    log "kept Debian 12's runsc $version at $RUNSC_KEPT_DIR/usr/bin/runsc"
+  else
+    log "could not keep Debian 12's runsc $version (apt-get download failed); studies naming it will say so"
+  fi
+  rm -rf "$tmp" "$RUNSC_KEPT_DIR.tmp"
+}
+
+setup_runsc() {
+  [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null || return 0
+  local codename installed wanted
+  codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
+  [[ $codename == bookworm ]] || return 0   # elsewhere the distribution's own runsc is what users get
+  installed="$(dpkg-query -W -f='${Version}' runsc 2>/dev/null || true)"
+  if [[ -n $installed ]] && dpkg --compare-versions "$installed" ge "$RUNSC_BACKPORTS_MIN" &&
+     [[ -x $RUNSC_KEPT_DIR/usr/bin/runsc ]]; then
+    return 0   # the usual case after the first run: no apt call at all
+  fi
+  keep_bookworm_runsc   # before the upgrade, while apt's lists surely name bookworm's build
+  if [[ -n $installed ]] && dpkg --compare-versions "$installed" ge "$RUNSC_BACKPORTS_MIN"; then return 0; fi
+  if ! grep -rqs --include='*.sources' --include='*.list' 'bookworm-backports' \
+       /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    if [[ ! -f $DEBIAN_SOURCES ]]; then log "no $DEBIAN_SOURCES to copy: runsc stays at ${installed:-none}"; return 0; fi
+    # The first stanza (Debian's main archive) with the backports suite.
+    awk 'BEGIN{RS=""; ORS="\n"} NR==1 {print; exit}' "$DEBIAN_SOURCES" |
+      sed -E 's/^Suites:.*/Suites: bookworm-backports/' > "$BACKPORTS_SOURCES.tmp"
+    mv "$BACKPORTS_SOURCES.tmp" "$BACKPORTS_SOURCES"
+    log "added $BACKPORTS_SOURCES (bookworm-backports, for runsc only)"
+  fi
+  wanted="$(runsc_version_in bookworm-backports)"
+  if [[ -z $wanted ]]; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    wanted="$(runsc_version_in bookworm-backports)"
+  fi
+  if [[ -z $wanted ]]; then
+    log "bookworm-backports is out of reach (or has no runsc): gVisor stays at runsc ${installed:-none}"; return 0
+  fi
+  log "installing runsc $wanted from bookworm-backports (gVisor's systrap platform; was ${installed:-none})"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t bookworm-backports runsc \
+    >/dev/null 2>&1 || log "apt-get install -t bookworm-backports runsc failed: gVisor stays at runsc ${installed:-none}"
+}
+
 setup_vm_guest() {
   # The VM platforms' guest kernel (Debian's, unpacked into the cache) and initramfs; cached.
   [[ $EUID -eq 0 ]] || return 0
@@ -107,6 +172,7 @@ setup_vm_guest() {
 setup() {
   setup_system
   setup_venv
+  setup_runsc
   start_docker
   setup_vm_guest
 }
