@@ -17,7 +17,8 @@ from pydantic import ValidationError
 from isobench.design import Design, resolve, resolved_text, with_budget
 from isobench.errors import UserError
 from isobench.hostinfo import format_cpu_list, host_cpus
-from isobench.study.model import DEFAULT_MAX_CELLS, Knobs, Study, knob_combinations
+from isobench.platforms.runsc import KEPT_BOOKWORM_RUNSC, runtime_path_problem
+from isobench.study.model import DEFAULT_MAX_CELLS, Knobs, PlatformEntry, Study, knob_combinations
 from isobench.text import clip
 
 DEFAULT_STUDY = "default"
@@ -269,6 +270,7 @@ def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
             raise UserError(f"unknown platform {entry.name!r}", file=file, field=f"{field}.name",
                             fix=f"use one of {', '.join(PLATFORMS.names())} (see `isobench platforms`)")
         _check_knobs({**study.knobs, **entry.knobs}, file, f"{field}.knobs", check_host)
+        _check_runtime_fields(entry, PLATFORMS.get(entry.name), file, field, check_host)
         kernel = entry.options.get("kernel")
         if kernel is not None and check_host:  # a VM boots it as root: only a kernel image will do
             from isobench.platforms.guest import kernel_problem
@@ -291,6 +293,24 @@ def validate_study(raw: Any, file: str, check_host: bool = True) -> Study:
         raise UserError(f"baseline {study.baseline!r} names no platform entry", file=file,
                         field="baseline", fix=f"use one of {', '.join(keys)}")
     return study
+
+
+def _check_runtime_fields(entry: PlatformEntry, cls: Any, file: str, field: str, check_host: bool) -> None:
+    """``platform:`` (gvisor only) and ``runtime_path:`` (oci and gvisor): on the entries that take
+    them, and a runtime binary that exists here (not checked when reading stored results)."""
+    if entry.platform is not None and not cls.takes_runsc_platform:
+        raise UserError(f"{entry.name} takes no runsc platform (only gvisor entries do)", file=file,
+                        field=f"{field}.platform", fix="remove `platform`, or use `name: gvisor`")
+    if entry.runtime_path is None:
+        return
+    if not cls.takes_runtime_path:
+        raise UserError(f"{entry.name} takes no runtime binary (only oci and gvisor entries do)", file=file,
+                        field=f"{field}.runtime_path", fix="remove `runtime_path`, or use `name: oci` or `gvisor`")
+    problem = runtime_path_problem(entry.runtime_path) if check_host else None
+    if problem:
+        raise UserError(f"{clip(repr(entry.runtime_path), 80)} {problem}", file=file, field=f"{field}.runtime_path",
+                        fix="name the absolute path of an executable runtime build (e.g. Debian 12's runsc, "
+                            f"which ./isobench.sh setup keeps at {KEPT_BOOKWORM_RUNSC}), or remove `runtime_path`")
 
 
 def _check_platform_workloads(study: Study, file: str) -> None:

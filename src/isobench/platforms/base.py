@@ -60,6 +60,10 @@ class Platform(ABC):
     #: the launcher's stdin reaches the worker, so a duet member can wait at the start line
     #: (runner/duet.py) until its partner is ready too
     start_line: ClassVar[bool] = False
+    #: the entry may name a runsc platform (``platform:``): gvisor only
+    takes_runsc_platform: ClassVar[bool] = False
+    #: the entry may name another build of its runtime (``runtime_path:``): oci and gvisor
+    takes_runtime_path: ClassVar[bool] = False
 
     def __init__(self, entry: PlatformEntry) -> None:
         self.entry = entry

@@ -36,7 +36,14 @@ from isobench.platforms.hostmirror import (
     skeleton_digest,
     skeleton_tar,
 )
-from isobench.platforms.runsc import engine_runsc_platform
+from isobench.platforms.runsc import (
+    DEFAULT_PLATFORM,
+    docker_runtime_name,
+    engine_runtime,
+    platform_problem,
+    runsc_platform,
+    runtime_path_problem,
+)
 from isobench.runtime_versions import tool_short_version
 from isobench.study.model import Knobs, PlatformEntry
 from isobench.target import ProbeTarget, cgroups_of_pid, docker_engine_pids, poll
@@ -69,6 +76,12 @@ def engine_runtimes() -> dict[str, Any]:
         return {}
 
 
+def _engine_has(runtimes: dict[str, Any], name: str, path: str, args: list[str]) -> bool:
+    """The engine runs ``name`` as asked: the same binary with the same args (a name the engine
+    knows with another path would run another build than the one the results name)."""
+    return engine_runtime(runtimes, name) == (path, args)
+
+
 def register_runtime(name: str, path: str, args: list[str]) -> None:
     """Merge a runtime into daemon.json (see :mod:`.engineconfig`) and have the engine that
     reads that file reload it (SIGHUP, no restart); say on stderr what changed."""
@@ -76,7 +89,7 @@ def register_runtime(name: str, path: str, args: list[str]) -> None:
     change = merge_runtime(config, name, path, args)
     if change:
         sys.stderr.write(f"isobench: {change}\n")
-    if name in engine_runtimes():
+    if _engine_has(engine_runtimes(), name, path, args):
         return
     pids = reload_engines(config)
     if not pids:
@@ -85,7 +98,7 @@ def register_runtime(name: str, path: str, args: list[str]) -> None:
     sys.stderr.write(f"isobench: sent SIGHUP to dockerd {', '.join(map(str, pids))} to reload {config}\n")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if name in engine_runtimes():
+        if _engine_has(engine_runtimes(), name, path, args):
             return
         time.sleep(0.2)
     raise RuntimeError(f"dockerd did not pick up the {name} runtime from {config}; restart dockerd")
@@ -161,11 +174,15 @@ class DockerBase(Platform):
         except (json.JSONDecodeError, AttributeError):
             server = {}
         components = {str(c.get("Name")).lower(): str(c.get("Version")) for c in server.get("Components") or []}
-        found = {"docker": server.get("Version"), "containerd": components.get("containerd")}
+        found = {"docker": server.get("Version"), "containerd": components.get("containerd"),
+                 **self.runtime_versions(components)}
+        return {name: str(version) for name, version in found.items() if version}
+
+    def runtime_versions(self, components: dict[str, str]) -> dict[str, str | None]:
+        """The OCI runtime's own entry in ``versions`` (``components``: what the engine names)."""
         runtime = self.runtime()
         # The engine names the runc it ships with; any other registered runtime answers for itself.
-        found[runtime] = components.get("runc") if runtime == "runc" else tool_short_version(runtime)
-        return {name: str(version) for name, version in found.items() if version}
+        return {runtime: components.get("runc") if runtime == "runc" else tool_short_version(runtime)}
 
     def prepare(self) -> None:
         if self.entry.image:
@@ -247,7 +264,7 @@ class DockerBase(Platform):
     def network_mode(self, cell: Cell) -> str:
         if not cell.network:
             return "none"
-        if self.runtime() == "runsc":
+        if self.runtime().startswith("runsc"):
             raise RuntimeError("a serving cell needs a network, and isobench registers runsc with "
                                "--network=none (it refuses the root namespace's network here); "
                                "serve on docker/runc, oci or baremetal")
@@ -318,10 +335,13 @@ class Docker(DockerBase):
 
 @PLATFORMS.register("gvisor")
 class GVisor(DockerBase):
-    description = "a gVisor sandbox: runsc registered as a Docker runtime (its default platform, no network)"
+    description = ("a gVisor sandbox: runsc as a Docker runtime, one per runsc platform (`platform:`, systrap "
+                   "by default) and build (`runtime_path:`), no network")
     runtime_default = "runsc"
     startup_estimate_s = 1.6
-    #: the runsc platform the engine starts sandboxes on, read once (platforms/runsc.py)
+    takes_runsc_platform = True
+    takes_runtime_path = True
+    #: the runsc platform the engine starts this entry's sandboxes on, read once (``_engine_platform``)
     _runsc_platform: str | None = None
 
     @classmethod
@@ -330,43 +350,83 @@ class GVisor(DockerBase):
         if entry.runtime not in (None, "runsc"):
             raise ValueError("runtime: gvisor always runs runsc (fix: remove `runtime`, or use docker)")
 
+    def runsc_platform(self) -> str:
+        """The runsc platform this entry asks for: gVisor's own default unless it names one."""
+        return self.entry.platform or DEFAULT_PLATFORM
+
+    def runsc_binary(self) -> str:
+        return self.entry.runtime_path or shutil.which("runsc") or "/usr/bin/runsc"
+
+    def runtime_args(self) -> list[str]:
+        # runsc refuses a network in the root namespace: --network=none. The platform is always
+        # passed, so the binary's built-in default (ptrace in 2022's builds) never decides.
+        return ["--network=none", f"--platform={self.runsc_platform()}"]
+
+    def runtime(self) -> str:
+        """The Docker runtime name: one per (build, platform), see platforms/runsc.py."""
+        return docker_runtime_name(self.runsc_platform(), self.entry.runtime_path)
+
+    def default_display(self) -> str:
+        return "gvisor/runsc"  # the build and its platform are in every result's versions
+
     @classmethod
     def check(cls) -> Availability:
         if shutil.which("runsc") is None:
             return Availability(False, "runsc is not installed (apt-get install runsc)")
         problem = engine_problem()
+        return Availability(problem is None, problem or "")
+
+    def availability(self) -> Availability:
+        runsc = self.runsc_binary()
+        if self.entry.runtime_path is None and shutil.which("runsc") is None:
+            return Availability(False, "runsc is not installed (./isobench.sh setup, or apt-get install runsc)")
+        if self.entry.runtime_path is not None:
+            problem = runtime_path_problem(runsc)
+            if problem is None and "runsc" not in (tool_version([runsc, "--version"]) or ""):
+                problem = "does not answer `--version` as runsc does"
+            if problem:
+                return Availability(False, f"runtime_path {runsc} {problem}")
+        problem = engine_problem() or platform_problem(runsc, self.runsc_platform())
         if problem:
+            if self.runsc_platform() == "systrap" and "no systrap" in problem:
+                problem += ("; ./isobench.sh setup installs the backports runsc that has it, or write "
+                            "`platform: ptrace` for this build")
+            elif self.runsc_platform() == "kvm" and problem.startswith("KVM"):
+                problem += "; use `platform: systrap` (gVisor's default) here"
             return Availability(False, problem)
         config = daemon_json_path()
-        if "runsc" not in engine_runtimes() and not os.access(config.parent, os.W_OK) \
-                and config.parent.exists():
-            return Availability(False, f"runsc is not a Docker runtime and {config} is not writable")
-        return Availability(True, "", notes=["knobs apply to the sandbox's cgroup on the host; gVisor's own "
-                                             "/proc does not show them", "runsc's default platform unless daemon.json passes "
-                                             "--platform (kvm hangs on nested hosts); each cell records it"])
+        if not _engine_has(engine_runtimes(), self.runtime(), runsc, self.runtime_args()) \
+                and not os.access(config.parent, os.W_OK) and config.parent.exists():
+            return Availability(False, f"{self.runtime()} is not a Docker runtime and {config} is not writable")
+        return Availability(True, "", notes=[
+            "knobs apply to the sandbox's cgroup on the host; gVisor's own /proc does not show them",
+            f"runsc platform {self.runsc_platform()} (Docker runtime {self.runtime()}, {runsc})"])
 
     def fingerprint(self) -> dict[str, Any]:
-        return {**super().fingerprint(), "runsc": tool_version(["runsc", "--version"])}
+        return {**super().fingerprint(), "runsc": tool_version([self.runsc_binary(), "--version"]),
+                "runsc_binary": self.runsc_binary(), "runsc_platform": self._engine_platform()}
 
-    def find_versions(self) -> dict[str, str]:
-        found = super().find_versions()
+    def _engine_platform(self) -> str:
+        """The platform the engine starts this entry's sandboxes on, as its registration says (read
+        once); what the entry asked for while the engine does not know the runtime yet."""
         if self._runsc_platform is None:
-            self._runsc_platform = engine_runsc_platform(engine_runtimes()) or ""
-        if "runsc" in found and self._runsc_platform:  # "2022-12-19 ptrace": the build and how it ran
-            found["runsc"] += f" {self._runsc_platform}"
-        return found
+            found = engine_runtime(engine_runtimes(), self.runtime())
+            if found is None:
+                return runsc_platform(self.runtime_args(), self.runsc_binary())
+            self._runsc_platform = runsc_platform(found[1], found[0])
+        return self._runsc_platform
+
+    def runtime_versions(self, components: dict[str, str]) -> dict[str, str | None]:
+        # The build the engine runs for this name, and the platform: "2024-07-29 systrap".
+        found = engine_runtime(engine_runtimes(), self.runtime())
+        version = tool_short_version("runsc", found[0] if found else self.runsc_binary())
+        return {"runsc": f"{version} {self._engine_platform()}" if version else None}
 
     def prepare(self) -> None:
-        # runsc refuses a network in the root namespace, and its kvm platform hangs on
-        # nested hosts: register it with --network=none on runsc's default platform (ptrace in
-        # older releases, systrap since mid-2023; each cell records which).
-        register_runtime("runsc", shutil.which("runsc") or "/usr/bin/runsc", ["--network=none"])
+        register_runtime(self.runtime(), self.runsc_binary(), self.runtime_args())
         super().prepare()
 
     def collect(self, launched: Launched) -> dict[str, Any]:
         info = super().collect(launched)
-        if self._runsc_platform is None:  # after the cell, outside its measured window
-            self._runsc_platform = engine_runsc_platform(engine_runtimes()) or ""
-        if self._runsc_platform:
-            info["runsc_platform"] = self._runsc_platform
+        info["runsc_platform"] = self._engine_platform()  # after the cell, outside its measured window
         return info

@@ -25,7 +25,7 @@ from isobench.platforms.base import (
 from isobench.platforms.cgroups import CGROUP_ROOT, CellCgroup, prune_empty
 from isobench.platforms.gpus import LD_SO_CACHE, GpuPassthrough, gpu_passthrough, gpu_selection
 from isobench.platforms.hostmirror import build_skeleton, cell_mounts, container_env, data_root
-from isobench.platforms.runsc import runsc_platform
+from isobench.platforms.runsc import runsc_platform, runtime_path_problem
 from isobench.platforms.seccomp import default_profile
 from isobench.runtime_versions import tool_short_version
 from isobench.study.model import Knobs, PlatformEntry
@@ -49,11 +49,20 @@ def _needs_private_cgroup_view(runtime: str) -> bool:
     return runtime == "crun" and cgroup_layout()["mode"] == "hybrid"
 
 
-def runtime_argv(runtime: str, *args: str) -> list[str]:
-    root = str(STATE_ROOT / runtime)
+def state_key(runtime: str, binary: str | None = None) -> str:
+    """The runtime's state directory under STATE_ROOT: its name, or for another build (``runtime_path``)
+    the name and a hash of the path, since two builds must not read each other's container state."""
+    if binary is None:
+        return runtime
+    return f"{runtime}-{hashlib.sha256(os.path.abspath(binary).encode()).hexdigest()[:10]}"
+
+
+def runtime_argv(runtime: str, *args: str, binary: str | None = None) -> list[str]:
+    """The runtime's command line (``binary``: another build than the one on PATH)."""
+    root = str(STATE_ROOT / state_key(runtime, binary))
     if runtime == "runsc":
-        return ["runsc", f"--root={root}", "--network=none", *args]
-    base = [runtime, "--root", root, *args]
+        return [binary or "runsc", f"--root={root}", "--network=none", *args]
+    base = [binary or runtime, "--root", root, *args]
     if _needs_private_cgroup_view(runtime):
         unified = cgroup_layout()["cgroup2_mount"]
         quoted = " ".join(f"'{a}'" for a in base)
@@ -155,12 +164,16 @@ class OciLaunched(Launched):
 
     bundle: Path
     runtime: str
+    #: another build of the runtime (the entry's ``runtime_path``), None for the one on PATH
+    binary: str | None = None
 
 
 @PLATFORMS.register("oci")
 class Oci(Platform):
-    description = "an OCI runtime run directly on a generated bundle (runtime: runc, crun or runsc)"
+    description = ("an OCI runtime run directly on a generated bundle (runtime: runc, crun or runsc; "
+                   "runtime_path: another build of it)")
     start_line = True
+    takes_runtime_path = True
 
     @classmethod
     def validate_entry(cls, entry: PlatformEntry) -> None:
@@ -188,6 +201,13 @@ class Oci(Platform):
     def runtime(self) -> str:
         return self.entry.runtime or "runc"
 
+    def binary(self) -> str | None:
+        """Another build of the runtime (``runtime_path``), or None for the one on PATH."""
+        return self.entry.runtime_path
+
+    def _argv(self, *args: str) -> list[str]:
+        return runtime_argv(self.runtime(), *args, binary=self.binary())
+
     def gpus(self) -> str | list[int] | None:
         """``options.gpus``: the GPUs passed in (``all`` or indices), or None."""
         return gpu_selection(self.entry.options["gpus"]) if "gpus" in self.entry.options else None
@@ -204,7 +224,14 @@ class Oci(Platform):
 
     def availability(self) -> Availability:
         runtime = self.runtime()
-        if shutil.which(runtime) is None:
+        binary = self.binary()
+        if binary is not None:
+            problem = runtime_path_problem(binary)
+            if problem is None and runtime not in (tool_version([binary, "--version"]) or ""):
+                problem = f"does not answer `--version` as {runtime} does"
+            if problem:
+                return Availability(False, f"runtime_path {binary} {problem}")
+        elif shutil.which(runtime) is None:
             return Availability(False, f"{runtime} is not installed (apt-get install {runtime})")
         if _needs_private_cgroup_view(runtime) and shutil.which("unshare") is None:
             return Availability(False, "crun needs `unshare` (util-linux) on this hybrid-cgroup host")
@@ -224,7 +251,8 @@ class Oci(Platform):
 
     def fingerprint(self) -> dict[str, Any]:
         runtime = self.runtime()
-        info: dict[str, Any] = {"runtime": runtime, "version": tool_version([runtime, "--version"]),
+        info: dict[str, Any] = {"runtime": runtime, "version": tool_version([self.binary() or runtime, "--version"]),
+                                "binary": self.binary() or shutil.which(runtime),
                                 "cgroup_workaround": "private mount namespace without the cgroup2 mount"
                                 if _needs_private_cgroup_view(runtime) else None}
         if self.gpus() is not None:
@@ -233,9 +261,9 @@ class Oci(Platform):
 
     def find_versions(self) -> dict[str, str]:
         runtime = self.runtime()
-        version = tool_short_version(runtime)
+        version = tool_short_version(runtime, self.binary())
         if version and runtime == "runsc":  # "2022-12-19 ptrace": the build and how it ran
-            version += f" {runsc_platform(runtime_argv('runsc')[1:])}"
+            version += f" {runsc_platform(self._argv()[1:], self.binary() or 'runsc')}"
         return {runtime: version} if version else {}
 
     def _gpu(self) -> GpuPassthrough | None:
@@ -254,7 +282,10 @@ class Oci(Platform):
 
     def prepare(self) -> None:
         self.rootfs = self._skeleton()
-        (STATE_ROOT / self.runtime()).mkdir(parents=True, exist_ok=True)
+        key = state_key(self.runtime(), self.binary())
+        (STATE_ROOT / key).mkdir(parents=True, exist_ok=True)
+        if self.binary() is not None:  # sweep_stale needs the build that made a dead runner's containers
+            (STATE_ROOT / f"{key}.binary").write_text(self.binary() or "")
 
     def launch(self, cell: Cell, argv: list[str], stderr: Any) -> Launched:
         runtime = self.runtime()
@@ -274,17 +305,18 @@ class Oci(Platform):
         self.network_mode(cell)  # refuses what cannot work before anything starts
         config = bundle_config(cell, argv, rootfs, cgroups_path, runtime, self._gpu())
         (bundle / "config.json").write_text(json.dumps(config, indent=1))
-        cmd = runtime_argv(runtime, "run", "--bundle", str(bundle), container_id)
+        cmd = self._argv("run", "--bundle", str(bundle), container_id)
         started = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=self.cell_stdin(cell), stdout=subprocess.PIPE, stderr=stderr,
                                 start_new_session=True, cwd=bundle)
-        return OciLaunched(proc=proc, name=container_id, started=started, bundle=bundle, runtime=runtime)
+        return OciLaunched(proc=proc, name=container_id, started=started, bundle=bundle, runtime=runtime,
+                           binary=self.binary())
 
     def probe_target(self, launched: OciLaunched) -> ProbeTarget:  # type: ignore[override]
         """The container's init pid (from the runtime's state, polled briefly) and its cgroups; the
         runtime's own foreground processes are the engine."""
         def running() -> int | None:
-            out = subprocess.run(runtime_argv(launched.runtime, "state", launched.name),
+            out = subprocess.run(runtime_argv(launched.runtime, "state", launched.name, binary=launched.binary),
                                  capture_output=True, text=True, timeout=30)
             try:
                 pid = int(json.loads(out.stdout).get("pid") or 0) if out.returncode == 0 else 0
@@ -303,7 +335,8 @@ class Oci(Platform):
     def collect(self, launched: OciLaunched) -> dict[str, Any]:  # type: ignore[override]
         info: dict[str, Any] = {"container_id": launched.name, "runtime": launched.runtime}
         if launched.runtime == "runsc":
-            info["runsc_platform"] = runsc_platform(runtime_argv("runsc")[1:])
+            argv = runtime_argv("runsc", binary=launched.binary)
+            info["runsc_platform"] = runsc_platform(argv[1:], argv[0])
         return info
 
     def network_mode(self, cell: Cell) -> str:
@@ -315,27 +348,24 @@ class Oci(Platform):
     def cleanup_cell(self, launched: OciLaunched) -> None:  # type: ignore[override]
         runtime = launched.runtime
         if launched.proc.poll() is None:
-            subprocess.run(runtime_argv(runtime, "kill", launched.name, "KILL"), capture_output=True,
-                           timeout=30)
+            subprocess.run(runtime_argv(runtime, "kill", launched.name, "KILL", binary=launched.binary),
+                           capture_output=True, timeout=30)
             try:
                 launched.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 kill_process_group(launched.proc)
-        remove_container(runtime, launched.name)
+        remove_container(runtime, launched.name, launched.binary)
         shutil.rmtree(launched.bundle, ignore_errors=True)
         prune_empty(runner_tag())
 
     @classmethod
     def sweep_stale(cls) -> list[str]:
         removed = []
-        for runtime in RUNTIMES:
-            state = STATE_ROOT / runtime
-            if not state.is_dir() or shutil.which(runtime) is None:
-                continue
+        for runtime, binary, state in _state_dirs():
             for entry in state.iterdir():
                 tag = _tag_of(entry.name)
                 if tag and tag_is_stale(tag):
-                    remove_container(runtime, entry.name)
+                    remove_container(runtime, entry.name, binary)
                     removed.append(f"{runtime} container {entry.name}")
         bundles = STATE_ROOT / "bundles"
         if bundles.is_dir():
@@ -344,6 +374,28 @@ class Oci(Platform):
                 if tag and tag_is_stale(tag):
                     shutil.rmtree(bundle, ignore_errors=True)
         return removed
+
+
+def _state_dirs() -> list[tuple[str, str | None, Path]]:
+    """(runtime, build or None, state directory) of every runtime build that left state here and
+    can still be run to remove it."""
+    found: list[tuple[str, str | None, Path]] = []
+    for state in sorted(STATE_ROOT.iterdir()) if STATE_ROOT.is_dir() else []:
+        runtime = state.name.split("-", 1)[0]
+        if not state.is_dir() or runtime not in RUNTIMES:
+            continue
+        if state.name == runtime:
+            binary = None
+            usable = shutil.which(runtime) is not None
+        else:  # another build's: its path was written beside the directory by ``prepare``
+            try:
+                binary = (STATE_ROOT / f"{state.name}.binary").read_text().strip()
+            except OSError:
+                continue
+            usable = runtime_path_problem(binary) is None
+        if usable:
+            found.append((runtime, binary, state))
+    return found
 
 
 def ensure_cpuset_parent(relpath: Path) -> None:
@@ -358,13 +410,15 @@ def _tag_of(container_id: str) -> str | None:
     return f"{parts[1]}-{parts[2]}" if len(parts) >= 4 and parts[0] == "isobench" else None
 
 
-def remove_container(runtime: str, container_id: str) -> None:
-    """Kill and delete a container and its state, whatever state it is in."""
-    subprocess.run(runtime_argv(runtime, "kill", container_id, "KILL"), capture_output=True, timeout=30)
+def remove_container(runtime: str, container_id: str, binary: str | None = None) -> None:
+    """Kill and delete a container and its state, whatever state it is in (``binary``: the build
+    that runs it, when not the one on PATH)."""
+    subprocess.run(runtime_argv(runtime, "kill", container_id, "KILL", binary=binary), capture_output=True,
+                   timeout=30)
     for _ in range(50):
-        out = subprocess.run(runtime_argv(runtime, "delete", "--force", container_id),
+        out = subprocess.run(runtime_argv(runtime, "delete", "--force", container_id, binary=binary),
                              capture_output=True, text=True, timeout=30)
-        gone = subprocess.run(runtime_argv(runtime, "state", container_id), capture_output=True,
+        gone = subprocess.run(runtime_argv(runtime, "state", container_id, binary=binary), capture_output=True,
                               timeout=30).returncode != 0
         if gone:
             return

@@ -35,6 +35,7 @@ def doctor(ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
     from isobench.plan.placement import host_knob_problems
     from isobench.platforms import PLATFORMS, platform_variants
     from isobench.platforms.base import ALL_KNOBS
+    from isobench.platforms.runsc import doctor_lines as runsc_lines
     from isobench.platforms.vm import doctor_lines
     from isobench.study.model import PlatformEntry
 
@@ -49,11 +50,13 @@ def doctor(ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
                      "knobs": knobs})
     problems = host_knob_problems()
     vm_lines = doctor_lines()
+    gvisor_lines = runsc_lines()  # after the VM lines: runsc's kvm platform reuses KVM's verdict
     if as_json:
         ready, missing = _probe_state()
         print_json({"host": {k: host[k] for k in ("cpu_model", "cores", "kernel", "governor")}
                     | {"cgroup": host["cgroup"]["mode"]},
                     "platforms": rows, "vm": [text_of(Markup(line)) for line in vm_lines],
+                    "gvisor": [text_of(Markup(line)) for line in gvisor_lines],
                     "host_knobs": {knob: problems.get(knob) for knob in HOST_KNOBS},
                     "probes": {"works": ready, "unavailable": missing}})
         return
@@ -68,8 +71,8 @@ def doctor(ray: Annotated[Optional[str], typer.Option(  # noqa: UP045
         table.add_row(row["platform"], Markup("[green]yes[/]" if row["works"] else "[red]no[/]"), row["notes"],
                       *knob_cells)
     console.print(table)
-    for line in vm_lines:
-        console.print(Markup(line))  # the KVM line is styled; its text comes from this host
+    for line in [*vm_lines, *gvisor_lines]:
+        console.print(Markup(line))  # styled lines; their host text is escaped where they are made
     for knob in HOST_KNOBS:
         state = markup("[red]unavailable[/]: {}", problems[knob]) if knob in problems else "[green]available[/]"
         console.print(Markup(f"host knob {knob}: {state}"))

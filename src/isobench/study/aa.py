@@ -1,11 +1,11 @@
 """What makes an A/A: an entry that is the baseline again in everything but its label.
 
 An A/A comparison measures the study's noise floor, so it must differ from the baseline in
-nothing that could cost time: the same platform name, runtime, image and options, the same
-effective knobs (the study's merged with the entry's), and no tenant group (a tenant group
-measures interference, never noise). Its label is free: a label names an entry, it changes
-nothing that runs, so ``aa`` is not what makes an A/A and ``slow3`` with ``slowdown: 0.03``
-is a comparison whatever its name. Workload parameters need no check here: the analysis only
+nothing that could cost time: the same platform name, runtime (its build and runsc platform too),
+image and options, the same effective knobs (the study's merged with the entry's), and no tenant
+group (a tenant group measures interference, never noise). Its label is free: a label names an
+entry, it changes nothing that runs, so ``aa`` is not what makes an A/A and ``slow3`` with
+``slowdown: 0.03`` is a comparison whatever its name. Workload parameters need no check here: the analysis only
 ever compares groups of one workload variant.
 
 Two levels, because knobs may be swept:
@@ -26,7 +26,7 @@ from typing import Any
 from isobench.study.model import PlatformEntry, Study, knob_combinations
 
 #: the entry fields (besides knobs and tenants, which need the study's defaults) an A/A shares
-SAME_FIELDS = ("name", "runtime", "image", "options")
+SAME_FIELDS = ("name", "runtime", "image", "options", "platform", "runtime_path")
 
 
 def knob_sets(study: Study, entry: PlatformEntry) -> list[dict[str, Any]]:

@@ -155,6 +155,12 @@ class PlatformEntry(BaseModel):
     image: str | None = Field(None, description="user image with Python, torch and isobench inside")
     knobs: KnobValues = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
+    #: gvisor only: how runsc intercepts system calls (its cost per call differs by orders of magnitude)
+    platform: Literal["systrap", "ptrace", "kvm"] | None = Field(
+        None, description="gvisor: the runsc platform, systrap (gVisor's default), ptrace or kvm")
+    #: oci and gvisor: another build of the runtime binary, so two versions run as two entries
+    runtime_path: str | None = Field(None, description="oci, gvisor: the runtime binary to run instead of "
+                                     "the one on PATH")
     #: N cells at once behind a barrier, or a list of workload keys (mixed tenants); see plan/tenants.py
     tenants: int | list[str] | None = Field(None, description="cells run at once: a count or workload keys")
 
