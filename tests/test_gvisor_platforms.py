@@ -166,3 +166,16 @@ def test_the_docs_upgrade_example_is_a_valid_study() -> None:
     assert (old.platform, old.runtime_path) == ("ptrace", str(KEPT_BOOKWORM_RUNSC))
     assert (new.platform, new.runtime_path, runc.runtime) == (None, None, "runc")
     assert study.baseline == old.key and not is_aa_entry(study, new)
+
+
+def test_a_tenant_group_is_matched_with_the_lone_entry_of_its_own_gvisor_platform_and_build() -> None:
+    """Interference compares a tenant group with the same engine alone: a systrap group is not the
+    ptrace entry alone, nor an old runsc build the new one."""
+    from isobench.analysis.interference import _engine
+    from isobench.study.model import PlatformEntry
+
+    systrap, ptrace = PlatformEntry(name="gvisor"), PlatformEntry(name="gvisor", platform="ptrace")
+    assert _engine(systrap) != _engine(ptrace)
+    assert _engine(ptrace) == _engine(PlatformEntry(name="gvisor", platform="ptrace", label="again"))
+    old = PlatformEntry(name="gvisor", platform="ptrace", runtime_path="/bin/true")
+    assert _engine(old) != _engine(ptrace)

@@ -1,7 +1,7 @@
 """Multi-tenant interference: each tenant's time beside others vs the same cell alone.
 
 A platform entry with ``tenants`` (see :mod:`isobench.plan.tenants`) is compared with an
-entry of the same platform (name, runtime, image, options) that runs alone, for the
+entry of the same platform (name, runtime, image, options, gVisor platform, runtime build) that runs alone, for the
 same workload, parameters and knobs: ratio of geometric means of ``e2e`` with the Welch
 95% CI of :func:`isobench.analysis.stats.ratio_ci`. Bare-metal tenants are processes
 beside each other, so the comparison is the same on every platform. Write-back and
@@ -45,8 +45,11 @@ class Interference:
     host: str = ""
 
 
-def _engine(entry: PlatformEntry) -> tuple[str, str | None, str | None, str]:
-    return entry.name, entry.runtime, entry.image, json.dumps(entry.options, sort_keys=True)
+def _engine(entry: PlatformEntry) -> tuple[str, str | None, str | None, str, str | None, str | None]:
+    # gVisor's platform and another build of the runtime make another engine: a systrap tenant group
+    # is not the ptrace entry run alone, nor the old runsc the new one
+    return (entry.name, entry.runtime, entry.image, json.dumps(entry.options, sort_keys=True), entry.platform,
+            entry.runtime_path)
 
 
 def _skews(store: Store) -> dict[str, list[float]]:
