@@ -176,3 +176,13 @@ def test_summary_shows_the_density_table(density_run: Path) -> None:
     assert "Density: host memory per idle sandbox" in result.stdout
     lines = [line for line in result.stdout.splitlines() if re.search(r"docker \(idle\)\s*│\s*3\s*│", line)]
     assert lines and re.search(r"\d+\.\d MiB", lines[0]) and re.search(r"\d\.\d\d s", lines[0]), result.stdout
+
+
+def test_plan_estimates_a_tenant_group_as_its_members_running_at_once() -> None:
+    """N members launch one after another, then hold together: the plan's estimate is their start-ups
+    plus one hold, not N holds (the built-in density study read 64.5 min when members were summed)."""
+    import json
+
+    records = json.loads(run_cli("plan", "density", "--json", check=True, timeout=60).stdout)
+    summed = sum(cell["estimate_s"] for cell in records["cells"])
+    assert records["estimated_s"] < summed / 3, (records["estimated_s"], summed)

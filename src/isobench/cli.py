@@ -149,15 +149,20 @@ def plan(study: StudyArg = None, as_json: JsonOpt = False, budget: BudgetOpt = N
         table.add_column(column)
     total = 0.0
     pair_time: dict[str, float] = {}
+    group_work: dict[str, float] = {}
     records = []
     for cell in cells:
         workload = WORKLOADS.get(cell.workload)
-        estimate = workload.estimate_s(workload.Params(**cell.params)) + \
-            PLATFORMS.get(cell.platform).startup_estimate_s
+        work, startup = workload.estimate_s(workload.Params(**cell.params)), PLATFORMS.get(cell.platform).startup_estimate_s
+        estimate = work + startup
         pair = cell.duet.pair if cell.duet else None
         if pair:  # a duet pair's two cells run at once: the pair takes as long as its slower cell
             total += max(0.0, estimate - pair_time.get(pair, 0.0))
             pair_time[pair] = max(estimate, pair_time.get(pair, 0.0))
+        elif cell.tenant:  # a tenant group's members launch one after another, then run at once
+            group = cell.tenant.group
+            total += startup + max(0.0, work - group_work.get(group, 0.0))
+            group_work[group] = max(work, group_work.get(group, 0.0))
         else:
             total += estimate
         records.append({"seq": cell.seq, "cell_id": cell.cell_id, "workload": cell.workload_key,
