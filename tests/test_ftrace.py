@@ -170,49 +170,46 @@ def test_nvmsim_replays_a_captured_trace(writer_study: Path, tmp_path: Path) -> 
     assert refused.returncode == 2 and "--export-csv" in refused.stderr
 
 
-def _lines_of(raw: bytes, pid: int, comm_prefix: bytes) -> bytes:
-    """The trace's lines of task ``pid`` and of tasks named ``comm_prefix``*: the writer and the
-    flusher threads. The rest of a busy host (its every system call) would only make the slow
-    regex reference slower (49 s in CI), with no event kind the kept lines lack."""
-    import re
-
-    task = re.compile(rb"^\s*(.+)-(\d+)\s+\[\d+\]")
-    kept = []
-    for line in raw.splitlines(keepends=True):
-        found = task.match(line)
-        if found and (int(found.group(2)) == pid or found.group(1).startswith(comm_prefix)):
-            kept.append(line)
-    return b"".join(kept)
-
-
 def test_parser_matches_the_regex_reference_on_a_real_trace() -> None:
     need_tracefs()
     from isobench.probes import ftrace, ftrace_parse
     from isobench.probes.tracefs import TraceInstance
     from tests.ftrace_reference import parse_reference
 
+    # The child waits for a line on stdin, so the instance can be filtered to it (with its forks)
+    # before it writes: a host-wide trace also held every other task's system calls, and on a busy
+    # CI host the slow regex reference took 45 s over them. Every event kind asserted below happens
+    # in the writer's own context (dirtying, the fsync's block insert, its calls and faults).
+    code = ("import os, sys\nsys.stdin.readline()\n"
+            "for _ in range(2000):\n    os.getppid()\n"
+            "with open('/var/tmp/isobench-parsetest-%d' % os.getpid(), 'wb') as f:\n"
+            "    f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno())\n"
+            "os.unlink(f.name)\n")
     instance = TraceInstance("parsetest", ftrace.WRITEBACK_EVENTS + ftrace.BLOCK_EVENTS + ftrace.BUFFER_EVENTS
-                             + ftrace.PAGE_FAULT_EVENTS + ftrace.SYSCALL_EVENTS, 4096)
+                             + ftrace.PAGE_FAULT_EVENTS + ftrace.SYSCALL_EVENTS, 4096, pid_filter=True)
+    # -I -S: no site packages, a quick start
+    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", code], stdin=subprocess.PIPE, text=True)
     try:
-        instance.start()
-        code = ("import os\nwith open('/var/tmp/isobench-parsetest-%d' % os.getpid(), 'wb') as f:\n"
-                "    f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno())\n"
-                "os.unlink(f.name)\n")
-        # -I -S: no site packages, so the interpreter's start-up adds few events for the slow
-        # regex reference to read (with them it took 45 s here)
-        child = subprocess.run([sys.executable, "-I", "-S", "-c", code + "print(os.getpid())"], check=True,
-                               capture_output=True, text=True)
+        instance.start([child.pid])
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.close()
+        assert child.wait(timeout=60) == 0
         instance.stop()
-        raw = _lines_of(instance.trace_file.read_bytes(), int(child.stdout), b"kworker")
+        raw = instance.trace_file.read_bytes()
     finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
         instance.discard()
     events = ftrace_parse.parse(raw)
     reference = parse_reference(raw)
-    assert len(events) == len(reference) > 1000
+    assert len(events) == len(reference) > 2000
     for column in ftrace_parse.COLUMNS:
         assert np.array_equal(getattr(events, column), np.array([r[column] for r in reference])), column
     kinds = {ftrace_parse.EVENTS[c] for c in np.unique(events.event)}
     assert {"writeback_dirty_folio", "block_rq_insert", "sys_enter", "page_fault_user"} <= kinds
+    assert set(events.pid.tolist()) == {child.pid}  # the filter held: no other task's events
 
 
 def test_ctrl_c_mid_trace_leaves_tracing_and_sysctls_as_they_were(tmp_path: Path) -> None:
