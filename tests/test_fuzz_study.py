@@ -47,7 +47,7 @@ def check_text(source: str) -> None:
 
 #: examples per fuzz test: 300 in the suite (each loads a study through the design resolver, about
 #: 55 ms here); ISOBENCH_FUZZ_EXAMPLES=5000 for a deeper search before a release
-FUZZ = settings(max_examples=int(os.environ.get("ISOBENCH_FUZZ_EXAMPLES", "300")), deadline=None,
+FUZZ = settings(max_examples=int(os.environ.get("ISOBENCH_FUZZ_EXAMPLES", "150")), deadline=None,
                 suppress_health_check=list(HealthCheck))
 
 
