@@ -179,3 +179,24 @@ def test_a_tenant_group_is_matched_with_the_lone_entry_of_its_own_gvisor_platfor
     assert _engine(ptrace) == _engine(PlatformEntry(name="gvisor", platform="ptrace", label="again"))
     old = PlatformEntry(name="gvisor", platform="ptrace", runtime_path="/bin/true")
     assert _engine(old) != _engine(ptrace)
+
+
+def test_a_systrap_entry_on_one_core_cells_carries_the_designs_caveat() -> None:
+    """systrap's stub and Sentry spin for each other on separate cores: a one-core cell changes what
+    its result means (27.8x per system call here, against 3.6x on two cores), and plan and summary say
+    so; ptrace, or cells of two cores, carry no caveat."""
+    import json
+
+    from isobench.report.design import caveat_lines, comparison_designs
+    from isobench.studyfile import load_study_text
+
+    text = ("name: c\nworkloads: [{name: syscall-loop}]\nplatforms: [{name: baremetal}, {name: gvisor},\n"
+            "  {name: gvisor, label: ptrace, platform: ptrace}]\nbaseline: baremetal\nschedule: duet\n")
+    study = load_study_text(text, "c.yaml", check_host=False)
+    two_cores = {r["entry"]: r.get("caveat") for r in comparison_designs(study, [0, 1])}
+    assert two_cores["ptrace"] is None and "1 core" in str(two_cores["gvisor"])
+    assert not any(r.get("caveat") for r in comparison_designs(study, list(range(5))))  # two cores a side
+    recorded = json.dumps({"layout": "disjoint", "harness": "shared", "sides": ["0", "1"]})
+    assert [line.split(":")[1].strip() for line in caveat_lines(text, recorded)] == ["gvisor"]
+    wide = json.dumps({"layout": "disjoint", "harness": "0", "sides": ["1-2", "3-4"]})
+    assert caveat_lines(text, wide) == []

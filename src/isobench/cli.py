@@ -191,6 +191,8 @@ def plan(study: StudyArg = None, as_json: JsonOpt = False, budget: BudgetOpt = N
     for comparison in comparison_designs(parsed):
         console.print(f"  {comparison['entry']} vs {comparison['baseline']}: {comparison['design']}",
                       markup=False, highlight=False)
+        if comparison.get("caveat"):
+            console.print(f"    note: {comparison['caveat']}", markup=False, highlight=False)
     for line in lines:
         console.print(line, markup=False, highlight=False)
 

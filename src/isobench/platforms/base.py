@@ -70,6 +70,12 @@ class Platform(ABC):
 
     # -- static checks ----------------------------------------------------------------
     @classmethod
+    def design_caveat(cls, entry: PlatformEntry, cores_per_cell: int) -> str | None:
+        """What the study's design does to this entry's result that a reader must know (None: nothing):
+        ``cores_per_cell`` is how many cores each of its cells gets (plan/cores.py)."""
+        return None
+
+    @classmethod
     def validate_entry(cls, entry: PlatformEntry) -> None:
         """Raise ValueError("field: problem (fix: ...)") for options this platform rejects."""
         if entry.runtime is not None:

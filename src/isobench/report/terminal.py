@@ -256,7 +256,7 @@ def cores_line(store: Store) -> str | None:
 
 
 def print_summary(store: Store, comparisons: list[Comparison], console: Console) -> None:
-    from isobench.report.design import design_line
+    from isobench.report.design import caveat_lines, design_line
 
     table = comparison_table(store, comparisons)
     if table.row_count:  # a density study times nothing per item: no empty e2e table
@@ -264,6 +264,8 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
     for line in (design_line(store.meta("design")), cores_line(store)):
         if line:
             console.print(line, markup=False, highlight=False)
+    for line in caveat_lines(store.meta("study_yaml"), store.meta("cores")):
+        console.print(line, markup=False, highlight=False)
     for text in noise_floor_lines(comparisons) + headline(comparisons):
         console.print(text, markup=False, highlight=False)
     print_fleet(store, comparisons, console)
