@@ -1,6 +1,7 @@
 """Rules written before the data (dates, hashes, "changed after seeing data" with the old verdict
 beside the new), the two-sided band ``between A and B``, tenant groups counted once per round,
-and the runsc platform a gVisor cell ran on."""
+the runsc platform a gVisor cell ran on (check by check), a check with no published figure, and
+a paper's overrides of a shared study."""
 
 from __future__ import annotations
 
@@ -270,3 +271,78 @@ def test_a_cited_runsc_figure_names_the_platform_that_ran(known: Path, tmp_path:
     assert "runsc ran on ptrace here, the cited figure's platform" in same.reason
     # a finding that cites no runsc platform says nothing about it
     assert "runsc" not in evaluate(parse_findings(paper_text("> 2.0"), "t.yaml"), {"known": directory}, {})[0].reason
+
+
+def test_each_check_names_the_runsc_platform_of_its_own_entry(known: Path, tmp_path: Path) -> None:
+    """A study with gVisor on two platforms (docker and vm stand in for them): each check reads
+    the runsc platform of the entries it compares, not the study's, and says where it differs
+    from the cited figure's."""
+    directory = copy_store(known, tmp_path)
+    store = Store.open(directory)
+    try:
+        for key, platform in (("docker", "ptrace"), ("vm", "systrap")):
+            for cell_id, info in store.conn.execute("SELECT cell_id, platform_info FROM cells WHERE platform_key = ?",
+                                                    (key,)).fetchall():
+                data = {**json.loads(info or "{}"), "runsc_platform": platform}
+                store.conn.execute("UPDATE cells SET platform_info = ? WHERE cell_id = ?", (json.dumps(data), cell_id))
+    finally:
+        store.close()
+    two = paper_text("> 2.0").replace("    rule: the optimizer", "    runsc_platform: ptrace\n    rule: the optimizer") \
+        .replace('metric: phase.optimizer, expect: "> 2.0"}', 'metric: phase.optimizer, expect: "> 2.0"}\n'
+                 '      - {what: forward, workload: lenet-train, platform: vm, metric: phase.forward, expect: "> 2.0"}')
+    result = evaluate(parse_findings(two, "t.yaml"), {"known": directory}, {})[0]
+    optimizer, forward = result.checks
+    assert result.verdict == HOLDS  # the notes explain; they do not decide
+    assert optimizer.shown.endswith("(runsc platform: ptrace)") and forward.shown.endswith("(runsc platform: systrap)")
+    assert "runsc ran on ptrace here, the cited figure's platform" in optimizer.reason
+    assert forward.reason.endswith("the cited figure is for ptrace; this host ran systrap")
+    assert "forward: the cited figure is for ptrace; this host ran systrap" in result.reason
+    assert "optimizer: runsc ran on" not in result.reason  # a match is named on its check only
+    assert "optimizer: " in result.here and "(runsc platform: ptrace); forward: " in result.here
+    # one entry alone reads its own platform, whatever else the study ran
+    one = evaluate(parse_findings(paper_text("> 2.0").replace(
+        "    rule: the optimizer", "    runsc_platform: ptrace\n    rule: the optimizer"), "t.yaml"),
+        {"known": directory}, {})[0]
+    assert one.here.endswith("(runsc platform: ptrace)") and "the cited figure's platform" in one.reason
+
+
+def test_a_check_without_a_published_figure_shows_its_estimate_and_no_verdict(known: Path) -> None:
+    text = paper_text("> 2.0").replace('metric: phase.optimizer, expect: "> 2.0"}',
+                                       'metric: phase.optimizer, expect: "> 2.0"}\n'
+                                       '      - {what: backward, workload: lenet-train, platform: docker, '
+                                       'metric: phase.backward, no_figure: "the source measured one platform only"}')
+    finding = parse_findings(text, "t.yaml").findings[0]
+    result = evaluate(parse_findings(text, "t.yaml"), {"known": known}, {})[0]
+    optimizer, backward = result.checks
+    assert backward.verdict == "cannot be tested here" and "×" in backward.shown
+    assert backward.reason == "no published figure to compare with: the source measured one platform only"
+    assert backward.ci_low is not None and backward.ci_low < 1.0 < backward.ci_high  # type: ignore[operator]
+    # the other check decides; the row says what is missing
+    assert result.verdict == HOLDS and "no published figure" in result.reason and "backward: " in result.here
+    # it is part of the rule: adding or dropping it changes the hash
+    assert "no_figure" in rule_payload(finding)["checks"][1]
+
+
+def test_a_papers_overrides_replace_a_shared_studys_fields_and_quick_replaces_them_again() -> None:
+    import yaml
+
+    from isobench.replicate.run import study_text
+
+    paper = load_findings("siddaramanna-john")
+    full = yaml.safe_load(study_text(paper, "density", False, None))
+    quick = yaml.safe_load(study_text(paper, "density", True, None))
+    shipped = yaml.safe_load((Path(finding_spec.__file__).parents[1] / "studies" / "density.yaml").read_text())
+    assert full["platforms"] == paper.overrides["density"]["platforms"] != shipped["platforms"]
+    assert full["repetitions"] == shipped["repetitions"] and full["baseline"] == "docker"
+    assert quick["repetitions"] == 1 and {p.get("tenants") for p in quick["platforms"]} == {None, 2}
+    # every entry L6 reads is in both
+    wanted = {c.platform for f in paper.findings for c in f.checks if c.study == "density"} \
+        | {c.against for f in paper.findings for c in f.checks if c.study == "density" and c.against}
+    for variant in (full, quick):
+        assert wanted <= {p.get("label", p["name"]) for p in variant["platforms"]}
+    bad = yaml.safe_load((Path(finding_spec.__file__).parents[1] / "studies" / "findings" /
+                          "siddaramanna-john.yaml").read_text())
+    bad["overrides"] = {"layers": {"repetitions": 1}}
+    with pytest.raises(UserError) as err:
+        parse_findings(yaml.safe_dump(bad), "o.yaml")
+    assert "overrides names 'layers'" in str(err.value)

@@ -10,7 +10,9 @@ and compares the hash with the one recorded in the stores of the studies it read
 * a record without this finding: it was written after the data, with no earlier verdict.
 
 A finding citing a figure for one runsc platform (``runsc_platform``) also says which platform
-this host's gVisor cells ran on (``platform_info["runsc_platform"]``, platforms/runsc.py).
+this host's gVisor cells ran on (``platform_info["runsc_platform"]``, platforms/runsc.py): read
+from the cells of the entries each check compares, so that where a study runs gVisor on two
+platforms each check names its own.
 """
 
 from __future__ import annotations
@@ -18,15 +20,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from isobench.analysis.finding_power import UNTESTABLE
+from isobench.analysis.finding_result import CheckResult, FindingResult
 from isobench.analysis.finding_rules import recorded_rules, rule_hash
-from isobench.analysis.finding_spec import Finding, PaperFindings
+from isobench.analysis.finding_spec import Check, Finding, PaperFindings
 from isobench.store import Store
-
-if TYPE_CHECKING:
-    from isobench.analysis.finding_result import FindingResult
 
 NO_REASON = "no reason written"
 
@@ -96,16 +96,20 @@ def _verdict_before(entry: dict[str, Any], reevaluate: Callable[[Finding], Findi
         return f"cannot be re-evaluated: {exc}"
 
 
-def runsc_platforms(directories: list[Path]) -> list[str]:
-    """The runsc platforms the stores' cells recorded, in first-seen order."""
+def runsc_platforms(directories: list[Path], platform_keys: set[str] | None = None) -> list[str]:
+    """The runsc platforms the stores' cells recorded (only those of ``platform_keys``, the
+    entries' labels, when given), in first-seen order."""
     seen: dict[str, None] = {}
     for directory in directories:
         if not Store.exists(directory):
             continue
         store = Store.open(directory)
         try:
-            rows = store.conn.execute("SELECT platform_info FROM cells WHERE platform_info LIKE '%runsc_platform%'")
+            rows = store.conn.execute("SELECT platform_key, platform_info FROM cells "
+                                      "WHERE platform_info LIKE '%runsc_platform%'")
             for row in rows:
+                if platform_keys is not None and row["platform_key"] not in platform_keys:
+                    continue
                 info = json.loads(row["platform_info"])
                 if isinstance(info, dict) and info.get("runsc_platform"):
                     seen[str(info["runsc_platform"])] = None
@@ -114,19 +118,65 @@ def runsc_platforms(directories: list[Path]) -> list[str]:
     return list(seen)
 
 
-def _note_runsc(finding: Finding, paper: PaperFindings, result: FindingResult, directories: dict[str, Path]) -> None:
+def _entries(check: Check) -> set[str]:
+    """The platform entries (labels) a check's comparison reads, its ``other`` side's included."""
+    keys = {check.platform, check.against or ""}
+    if check.other is not None:
+        keys |= {check.other.platform, check.other.against or ""}
+    return keys - {""}
 
-    cited = finding.runsc_platform
-    if cited is None or result.verdict == UNTESTABLE:
-        return
-    ran = runsc_platforms([directories[s] for s in studies_of(finding, paper) if s in directories])
+
+def _runsc_note(cited: str | None, ran: list[str]) -> str:
     if not ran:
-        note, short = f"runsc's platform was not recorded with these cells (the cited figure is for {cited})", ""
-    elif ran == [cited]:
-        note, short = f"runsc ran on {cited} here, the cited figure's platform", cited
-    else:
-        note = f"the cited figure is for {cited}; this host ran {' and '.join(ran)}"
-        short = " and ".join(ran)
-    result.reason = f"{result.reason}; {note}" if result.reason else note
-    if short:
-        result.here = f"{result.here} (runsc platform: {short})"
+        return f"runsc's platform was not recorded with these cells (the cited figure is for {cited})" if cited else ""
+    if cited is None:
+        return ""
+    if ran == [cited]:
+        return f"runsc ran on {cited} here, the cited figure's platform"
+    return f"the cited figure is for {cited}; this host ran {' and '.join(ran)}"
+
+
+def _note_runsc(finding: Finding, paper: PaperFindings, result: FindingResult, directories: dict[str, Path]) -> None:
+    """Name the runsc platform each check's gVisor cells ran on (read from the cells of the
+    entries it compares, so a study with gVisor on two platforms names each check's own), and
+    say where it differs from the platform of the cited figure (``runsc_platform``)."""
+    if result.verdict == UNTESTABLE:
+        return
+    stores = [directories[s] for s in studies_of(finding, paper) if s in directories]
+    default = paper.studies[0] if paper.studies else ""
+    per_check: list[tuple[CheckResult, str | None, list[str]]] = []
+    for check, outcome in zip(finding.checks, result.checks, strict=True):
+        if not check.workload or outcome.verdict == UNTESTABLE and not outcome.shown:
+            continue
+        mine = [directories[s] for s in {check.study or default} | ({check.other.study or default}
+                                                                     if check.other is not None else set())
+                if s in directories]
+        cited = None if check.no_figure else finding.runsc_platform
+        per_check.append((outcome, cited, runsc_platforms(mine, _entries(check))))
+    ran_any = [p for _, _, ran in per_check for p in ran]
+    if finding.runsc_platform is None and not ran_any:
+        return
+    if not per_check:  # no check read a store: the finding's stores as a whole
+        per_check = [(CheckResult("", result.verdict), finding.runsc_platform, runsc_platforms(stores))]
+    if len({(cited, tuple(ran)) for _, cited, ran in per_check}) == 1:
+        _, cited, ran = per_check[0]
+        note = _runsc_note(cited, ran)
+        if note:
+            result.reason = f"{result.reason}; {note}" if result.reason else note
+        if ran:
+            result.here = f"{result.here} (runsc platform: {' and '.join(ran)})"
+        return
+    # checks on different runsc platforms: each check names its own
+    notes = []
+    for outcome, cited, ran in per_check:
+        if ran:
+            outcome.shown = f"{outcome.shown} (runsc platform: {' and '.join(ran)})"
+        note = _runsc_note(cited, ran)
+        if note:
+            outcome.reason = f"{outcome.reason}; {note}" if outcome.reason else note
+            if ran != [cited]:  # the finding's reason names only the checks that differ
+                notes.append(f"{outcome.what}: {note}")
+    result.here = "; ".join(f"{r.what}: {r.shown}" for r in result.checks if r.shown) or result.here
+    if notes:
+        joined = "; ".join(notes)
+        result.reason = f"{result.reason}; {joined}" if result.reason else joined

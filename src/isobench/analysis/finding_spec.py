@@ -6,6 +6,7 @@ Each built-in replication has a file ``studies/findings/<paper>.yaml`` beside it
     title: "Prashanthi et al. 2023, ..."
     studies: [prashanthi-2023]          # the studies `isobench replicate` runs for it
     study_needs: {prashanthi-2023: [docker]}   # a study this host cannot run is skipped, saying why
+    overrides: {density: {...}}         # top-level study fields replaced for every run of this paper
     quick: {prashanthi-2023: {...}}     # top-level study fields replaced for --quick (toy size)
     findings:
       - id: F1
@@ -131,6 +132,9 @@ class Check(Side):
     effect: float | None = None
     #: a limit of the design no statistic sees: a "does not hold" reads "not testable by this design"
     design_limit: str = ""
+    #: the literature gives no figure for this comparison (what is missing, and where it was looked
+    #: for): the estimate is shown, with no band and no verdict ("cannot be tested")
+    no_figure: str = ""
 
     # the workload/platform of a check that needs no study (only `needs`) may be left out
     workload: str = ""
@@ -213,6 +217,9 @@ class PaperFindings(BaseModel):
     #: study -> what the host must have for it to run at all; a study whose needs the host lacks
     #: is not run, and the checks that read it cannot be tested (a GPU study on a CPU host)
     study_needs: dict[str, list[str]] = Field(default_factory=dict)
+    #: study -> top-level fields replaced for this paper's runs, full and quick (``quick`` replaces
+    #: them again): a shared study run at the part and size this paper's findings read
+    overrides: dict[str, dict[str, object]] = Field(default_factory=dict)
     quick: dict[str, dict[str, object]] = Field(default_factory=dict)
     findings: list[Finding]
 
@@ -222,6 +229,9 @@ class PaperFindings(BaseModel):
             if study not in self.studies:
                 raise ValueError(f"study_needs names {study!r}, which is not among studies")
             _known_capabilities(needs)
+        for study in self.overrides:
+            if study not in self.studies:
+                raise ValueError(f"overrides names {study!r}, which is not among studies")
         return self
 
 

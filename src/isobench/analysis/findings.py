@@ -10,7 +10,8 @@ interval against the check's expectation:
 * anything else is inconclusive, with the repetitions per side at which the interval,
   shrinking as 1/sqrt(n), would clear the threshold;
 * a check needing what the host lacks (a GPU, KVM, hardware counters, ...), or whose metric
-  the store does not hold, cannot be tested here, and says why.
+  the store does not hold, cannot be tested here, and says why; so does a check whose
+  comparison the literature gives no figure for (``no_figure``), its estimate shown beside.
 * a fixed outcome, or a "does not hold" the design could not have seen (the paper's effect below
   its power, or a ``design_limit``), is not testable by this design (analysis/finding_power.py).
 
@@ -343,6 +344,9 @@ def evaluate_check(sources: Sources, check: Check, default_study: str, missing: 
                "difference": lambda: _diff_estimate(sources, check, default_study)}[check.kind]()
     except Untestable as exc:
         return CheckResult(check.what, UNTESTABLE, reason=str(exc))
+    if check.no_figure:  # measured, shown, and judged against nothing
+        return CheckResult(check.what, UNTESTABLE, est.shown, f"no published figure to compare with: {check.no_figure}",
+                           None, est.value, est.low, est.high, est.n)
     verdict, needed = _decide(check.expectation, est.value, est.low, est.high, est.scale, est.n)
     reason = (f"expected {check.expectation.describe()}" if verdict != INCONCLUSIVE or est.low is not None
               else "one repetition: no interval")
@@ -380,16 +384,20 @@ def evaluate(paper: PaperFindings, directories: dict[str, Path], missing: dict[s
 
 def findings_for_study(study: str, directory: Path) -> list[FindingResult]:
     """The findings a single study's store can speak to (for its report and ``summary --json``):
-    those of the paper that runs ``study`` whose checks read this study. The host's missing
+    those of the paper that runs ``study`` whose checks read this study (a study the paper runs
+    with ``overrides`` only when that paper's replication made the store). The host's missing
     capabilities come from ``capabilities.json`` that ``isobench replicate`` left beside the store."""
     import json
 
+    from isobench.analysis.finding_rules import recorded_rules
     from isobench.analysis.finding_spec import PAPERS, load_findings
 
     for name in PAPERS:
         paper = load_findings(name)
         if study not in paper.studies:
             continue
+        if study in paper.overrides and (recorded_rules(directory) or {}).get("paper") != name:
+            continue  # a shared study run as shipped, not as this paper's replication runs it
         default = paper.studies[0]
         mine = [f for f in paper.findings
                 if any((c.study or default) == study and (c.workload or c.kind == "nvmsim") for c in f.checks)]

@@ -56,9 +56,11 @@ def papers_of(choice: str) -> list[str]:
 
 
 def study_text(paper: PaperFindings, study: str, quick: bool, max_minutes: float | None) -> str:
-    """The built-in study, at toy size with ``quick`` (the paper's ``quick:`` fields replace the
-    study's), its adaptive budget capped at ``max_minutes`` when given."""
+    """The built-in study with the paper's ``overrides:`` fields in place of the study's, at toy
+    size with ``quick`` (its ``quick:`` fields replace them again), its adaptive budget capped at
+    ``max_minutes`` when given."""
     data: dict[str, Any] = yaml.safe_load(resources.files("isobench.studies").joinpath(f"{study}.yaml").read_text())
+    data.update(paper.overrides.get(study, {}))
     if quick:
         data.update(paper.quick.get(study, {}))
         if data.get("repetitions") != "auto":
