@@ -186,3 +186,16 @@ def test_plan_estimates_a_tenant_group_as_its_members_running_at_once() -> None:
     records = json.loads(run_cli("plan", "density", "--json", check=True, timeout=60).stdout)
     summed = sum(cell["estimate_s"] for cell in records["cells"])
     assert records["estimated_s"] < summed / 3, (records["estimated_s"], summed)
+
+
+def test_rows_name_the_gvisor_platform_and_mark_a_figure_inside_the_hosts_drift() -> None:
+    from isobench.analysis.density import DensityRow, _engine_name, memory_cell
+
+    assert _engine_name(PlatformEntry(name="gvisor", platform="ptrace", label="p-x8", tenants=8)) == "gvisor/ptrace"
+    assert _engine_name(PlatformEntry(name="oci", runtime="runc", label="r")) == "oci/runc"
+    # one sandbox reading -40 MiB while the host drifted 80 MiB: not a figure
+    lone = DensityRow("docker", "docker", "idle", 1, per_sandbox=[-40 * MIB], drift=[80 * MIB])
+    assert "not resolved: noise ±80 MiB" in memory_cell(lone)
+    # eight reading 38 MiB each beside the same drift (10 MiB each): a figure
+    eight = DensityRow("docker", "docker-x8", "idle", 8, per_sandbox=[38 * MIB], drift=[80 * MIB])
+    assert memory_cell(eight) == "38.0 MiB"

@@ -50,8 +50,15 @@ def _names(store: Store) -> tuple[dict[str, str], list[str]]:
         study = load_study_text(store.meta("study_yaml") or "", "store", check_host=False)
     except Exception:  # noqa: BLE001 - a study this code no longer reads: fall back to the display
         return {}, []
-    names = {p.key: f"{p.name}/{p.runtime}" if p.runtime else p.name for p in study.platforms}
+    names = {p.key: _engine_name(p) for p in study.platforms}
     return names, [p.key for p in study.platforms]
+
+
+def _engine_name(entry: Any) -> str:
+    """``oci/runc``, ``gvisor/ptrace``, ``gvisor (/opt/.../runsc)``: what tells two entries' sandboxes
+    apart, whatever their labels (a tenant entry's label only says how many)."""
+    name = "/".join(part for part in (entry.name, entry.runtime, entry.platform) if part)
+    return f"{name} ({entry.runtime_path})" if entry.runtime_path else name
 
 
 def density_rows(store: Store) -> list[DensityRow]:
@@ -110,10 +117,21 @@ COLUMNS = ["platform", "N", "host memory / sandbox", "RSS / sandbox", "start-up 
            "all N up", "rounds"]
 
 
+def memory_cell(row: DensityRow) -> str:
+    """The per-sandbox figure, marked where it is within the host's own drift over N (not resolved)."""
+    if not row.per_sandbox:
+        return "n/a"
+    text = fmt_spread(row.per_sandbox, fmt_mib)
+    noise = max((abs(d) for d in row.drift), default=0.0) / max(row.n, 1)
+    if abs(statistics.median(row.per_sandbox)) < noise:
+        text += f" [not resolved: noise ±{noise / MIB:.0f} MiB]"
+    return text
+
+
 def table_rows(rows: list[DensityRow]) -> list[list[str]]:
     several = len({r.workload for r in rows}) > 1  # then each row names its workload entry
     return [[row.platform + (f" ({row.workload})" if several else ""), str(row.n),
-             fmt_spread(row.per_sandbox, fmt_mib) if row.per_sandbox else "n/a",
+             memory_cell(row),
              fmt_mib(statistics.median(row.rss)) if row.rss else "-",
              f"{statistics.median(row.startup):.2f} s" if row.startup else "-",
              f"{max(row.startup):.2f} s" if row.startup else "-",
