@@ -189,10 +189,10 @@ def test_plan_estimates_a_tenant_group_as_its_members_running_at_once() -> None:
 
 
 def test_rows_name_the_gvisor_platform_and_mark_a_figure_inside_the_hosts_drift() -> None:
-    from isobench.analysis.density import DensityRow, _engine_name, memory_cell
+    from isobench.analysis.density import DensityRow, memory_cell
 
-    assert _engine_name(PlatformEntry(name="gvisor", platform="ptrace", label="p-x8", tenants=8)) == "gvisor/ptrace"
-    assert _engine_name(PlatformEntry(name="oci", runtime="runc", label="r")) == "oci/runc"
+    assert PlatformEntry(name="gvisor", platform="ptrace", label="p-x8", tenants=8).engine_name == "gvisor/ptrace"
+    assert PlatformEntry(name="oci", runtime="runc", label="r").engine_name == "oci/runc"
     # one sandbox reading -40 MiB while the host drifted 80 MiB: not a figure
     lone = DensityRow("docker", "docker", "idle", 1, per_sandbox=[-40 * MIB], drift=[80 * MIB])
     assert "not resolved: noise ±80 MiB" in memory_cell(lone)

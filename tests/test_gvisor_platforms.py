@@ -171,14 +171,16 @@ def test_the_docs_upgrade_example_is_a_valid_study() -> None:
 def test_a_tenant_group_is_matched_with_the_lone_entry_of_its_own_gvisor_platform_and_build() -> None:
     """Interference compares a tenant group with the same engine alone: a systrap group is not the
     ptrace entry alone, nor an old runsc build the new one."""
-    from isobench.analysis.interference import _engine
     from isobench.study.model import PlatformEntry
 
     systrap, ptrace = PlatformEntry(name="gvisor"), PlatformEntry(name="gvisor", platform="ptrace")
-    assert _engine(systrap) != _engine(ptrace)
-    assert _engine(ptrace) == _engine(PlatformEntry(name="gvisor", platform="ptrace", label="again"))
+    assert systrap.engine_key() != ptrace.engine_key()
+    assert ptrace.engine_key() == PlatformEntry(name="gvisor", platform="ptrace", label="again",
+                                                tenants=4, knobs={"cpus": 1}).engine_key()
     old = PlatformEntry(name="gvisor", platform="ptrace", runtime_path="/bin/true")
-    assert _engine(old) != _engine(ptrace)
+    assert old.engine_key() != ptrace.engine_key()
+    assert (PlatformEntry(name="docker", options={"a": 1, "b": 2}).engine_key()
+            == PlatformEntry(name="docker", options={"b": 2, "a": 1}).engine_key())
 
 
 def test_a_systrap_entry_on_one_core_cells_carries_the_designs_caveat() -> None:

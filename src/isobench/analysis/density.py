@@ -50,15 +50,8 @@ def _names(store: Store) -> tuple[dict[str, str], list[str]]:
         study = load_study_text(store.meta("study_yaml") or "", "store", check_host=False)
     except Exception:  # noqa: BLE001 - a study this code no longer reads: fall back to the display
         return {}, []
-    names = {p.key: _engine_name(p) for p in study.platforms}
+    names = {p.key: p.engine_name for p in study.platforms}
     return names, [p.key for p in study.platforms]
-
-
-def _engine_name(entry: Any) -> str:
-    """``oci/runc``, ``gvisor/ptrace``, ``gvisor (/opt/.../runsc)``: what tells two entries' sandboxes
-    apart, whatever their labels (a tenant entry's label only says how many)."""
-    name = "/".join(part for part in (entry.name, entry.runtime, entry.platform) if part)
-    return f"{name} ({entry.runtime_path})" if entry.runtime_path else name
 
 
 def density_rows(store: Store) -> list[DensityRow]:

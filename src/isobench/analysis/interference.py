@@ -11,7 +11,6 @@ tenant alone vs beside others): Park & Bahn's single vs multi-tenant write-back 
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -20,7 +19,6 @@ from isobench.analysis.compare import Group, load_groups
 from isobench.analysis.stats import RatioEstimate, ratio_ci
 from isobench.plan.tenants import tenant_spec
 from isobench.store import Store
-from isobench.study.model import PlatformEntry
 from isobench.studyfile import load_study_text
 
 WRITEBACK_WORDS = ("writeback", "dirt", "nr_written")
@@ -43,13 +41,6 @@ class Interference:
     writeback: dict[str, tuple[float, float]] = field(default_factory=dict)
     #: the host both sides ran on (a cluster study has one result per host)
     host: str = ""
-
-
-def _engine(entry: PlatformEntry) -> tuple[str, str | None, str | None, str, str | None, str | None]:
-    # gVisor's platform and another build of the runtime make another engine: a systrap tenant group
-    # is not the ptrace entry run alone, nor the old runsc the new one
-    return (entry.name, entry.runtime, entry.image, json.dumps(entry.options, sort_keys=True), entry.platform,
-            entry.runtime_path)
 
 
 def _skews(store: Store) -> dict[str, list[float]]:
@@ -76,8 +67,8 @@ def interference(store: Store) -> list[Interference]:
         spec = tenant_spec(study, entries[group.platform_key])
         if spec == 1:
             continue
-        engine = _engine(entries[group.platform_key])
-        alone: Group | None = next((g for g in solo if _engine(entries[g.platform_key]) == engine
+        engine = entries[group.platform_key].engine_key()
+        alone: Group | None = next((g for g in solo if entries[g.platform_key].engine_key() == engine
                                     and g.workload == group.workload and g.params == group.params
                                     and g.knobs == group.knobs and g.host == group.host), None)
         if alone is None:

@@ -25,9 +25,6 @@ from typing import Any
 
 from isobench.study.model import PlatformEntry, Study, knob_combinations
 
-#: the entry fields (besides knobs and tenants, which need the study's defaults) an A/A shares
-SAME_FIELDS = ("name", "runtime", "image", "options", "platform", "runtime_path")
-
 
 def knob_sets(study: Study, entry: PlatformEntry) -> list[dict[str, Any]]:
     """The knob combinations the entry's groups run: the study's knobs with the entry's on top,
@@ -47,7 +44,7 @@ def same_setup(study: Study, entry: PlatformEntry) -> bool:
     baseline = study.baseline_entry()
     if entry.key == baseline.key:
         return False
-    if any(getattr(entry, name) != getattr(baseline, name) for name in SAME_FIELDS):
+    if entry.engine_key() != baseline.engine_key():
         return False
     return _tenants(study, entry) == _tenants(study, baseline) == 1
 

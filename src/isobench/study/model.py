@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -167,6 +168,20 @@ class PlatformEntry(BaseModel):
     @property
     def key(self) -> str:
         return self.label or self.name
+
+    #: the fields that say which sandbox runs a cell: two entries alike in all of them run the same
+    #: engine whatever their labels, knobs or tenants (the A/A rule, interference, density use this)
+    ENGINE_FIELDS: ClassVar[tuple[str, ...]] = ("name", "runtime", "image", "options", "platform", "runtime_path")
+
+    def engine_key(self) -> tuple[str, ...]:
+        """The engine as a comparable value: every field of ENGINE_FIELDS, as JSON."""
+        return tuple(json.dumps(getattr(self, field), sort_keys=True) for field in self.ENGINE_FIELDS)
+
+    @property
+    def engine_name(self) -> str:
+        """``oci/runc``, ``gvisor/ptrace``, ``gvisor (/opt/.../runsc)``: the engine as people name it."""
+        name = "/".join(part for part in (self.name, self.runtime, self.platform) if part)
+        return f"{name} ({self.runtime_path})" if self.runtime_path else name
 
 
 class Adaptive(BaseModel):
