@@ -347,15 +347,15 @@ class GVisor(DockerBase):
     @classmethod
     def design_caveat(cls, entry: PlatformEntry, cores_per_cell: int) -> str | None:
         # systrap hands each trapped system call from the sandbox's stub to its Sentry, and the two spin
-        # waiting for each other: on one core they cannot both run. Measured here (2026-11-27, runsc
-        # 2024-07-29): getppid() 27.8x bare metal on one core a cell, 3.6x with two; lenet-train 1.18x vs
-        # no resolved cost. ptrace does not spin, so its cost barely moves with the cores.
+        # waiting for each other: on one core they cannot both run. ptrace does not spin, so its cost
+        # barely moves with the cores. The measured figures are in docs/platforms.md, not here: they
+        # belong to one host and one runsc build.
         if (entry.platform or "systrap") != "systrap" or cores_per_cell >= 2:
             return None
         return (f"each {entry.key} cell has {cores_per_cell} core, and gVisor's systrap needs two to hand a "
-                "system call to its Sentry without waiting (here a system call cost 27.8x bare metal on one core, "
-                "3.6x on two): its result is gVisor on a one-core sandbox; for gVisor on a larger host use "
-                "schedule: sequential with cell_cores: all (docs/platforms.md)")
+                "system call to its Sentry without waiting (a system call costs several times more on one core "
+                "than on two: docs/platforms.md): its result is gVisor on a one-core sandbox; for gVisor on a "
+                "larger host use schedule: sequential with cell_cores: all")
 
     @classmethod
     def validate_entry(cls, entry: PlatformEntry) -> None:
