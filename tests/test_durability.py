@@ -169,3 +169,22 @@ def test_a_live_runner_is_never_taken_for_stale(tmp_path: Path) -> None:
     dead = subprocess.run([sys.executable, "-c", "from isobench.liveness import runner_tag; "
                            "print(runner_tag())"], capture_output=True, text=True, check=True).stdout.strip()
     assert tag_is_stale(dead)
+
+
+def test_a_runner_that_exits_normally_removes_its_own_lock() -> None:
+    """The lock names a live runner; after a normal exit it must not wait for the next run's prune.
+    A forked child that exits first leaves its parent's lock in place."""
+    need_root()
+    from isobench.liveness import RUNNERS_DIR
+
+    script = ("import os, sys; from isobench.liveness import RUNNERS_DIR, runner_tag\n"
+              "tag = runner_tag()\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    sys.exit(0)\n"  # the child runs the inherited exit hooks
+              "os.waitpid(pid, 0)\n"
+              "print(tag, (RUNNERS_DIR / f'{tag}.lock').exists())\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    tag, held_after_child = out
+    assert held_after_child == "True"
+    assert not (RUNNERS_DIR / f"{tag}.lock").exists()

@@ -6,6 +6,7 @@ stale tags left behind; a leaf module, so none of them imports another for it.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 from pathlib import Path
@@ -28,7 +29,19 @@ def runner_tag() -> str:
         handle = (RUNNERS_DIR / f"{tag}.lock").open("a")
         fcntl.flock(handle, fcntl.LOCK_EX)
         _held_lock.update(tag=tag, handle=handle)
+        atexit.register(_forget_own_lock, tag)
     return tag
+
+
+def _forget_own_lock(tag: str) -> None:
+    """At a normal exit, remove this runner's lock file, which would otherwise wait for the next run
+    to prune it. Safe with leftovers still tagged: a missing lock reads as a dead runner. A forked
+    child inherits the hook but not the tag, and leaves its parent's lock alone."""
+    if _held_lock.get("tag") != tag or not tag.startswith(f"{os.getpid()}-"):
+        return
+    (RUNNERS_DIR / f"{tag}.lock").unlink(missing_ok=True)
+    _held_lock.pop("handle").close()
+    _held_lock.pop("tag")
 
 
 def boot_id() -> str:
