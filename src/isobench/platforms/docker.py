@@ -156,23 +156,28 @@ class DockerBase(Platform):
     def image(self) -> str:
         return self.entry.image or f"{self.mirror_repository}:{skeleton_digest((str(data_root()),))}"
 
+    def engine_server(self) -> dict[str, Any]:
+        """The engine's ``version`` answer for its server side ({} when it gives none): asked once,
+        as the fingerprint and the versions both read it (an engine that gave none is asked again)."""
+        if not self.__dict__.get("_server"):
+            out = docker("version", "--format", "{{json .}}", check=False)
+            try:
+                server = json.loads(out.stdout).get("Server") or {}
+            except (json.JSONDecodeError, AttributeError):
+                server = {}
+            self.__dict__["_server"] = server if isinstance(server, dict) else {}
+        return self.__dict__["_server"]
+
     def fingerprint(self) -> dict[str, Any]:
-        out = docker("version", "--format", "{{json .}}", check=False)
+        server = self.engine_server()
         info: dict[str, Any] = {"runtime": self.runtime(), "image": self.image()}
-        try:
-            server = json.loads(out.stdout).get("Server") or {}
+        if server:
             info["engine"] = server.get("Version")
             info["components"] = {c.get("Name"): c.get("Version") for c in server.get("Components") or []}
-        except (json.JSONDecodeError, AttributeError):
-            pass
         return info
 
     def find_versions(self) -> dict[str, str]:
-        out = docker("version", "--format", "{{json .}}", check=False)
-        try:
-            server = json.loads(out.stdout).get("Server") or {}
-        except (json.JSONDecodeError, AttributeError):
-            server = {}
+        server = self.engine_server()
         components = {str(c.get("Name")).lower(): str(c.get("Version")) for c in server.get("Components") or []}
         found = {"docker": server.get("Version"), "containerd": components.get("containerd"),
                  **self.runtime_versions(components)}
