@@ -88,10 +88,11 @@ def test_a_design_limit_turns_does_not_hold_into_not_testable(known: Path) -> No
     assert run(known, [NOT_SLOWER + "}"]).verdict == FAILS
     limited = run(known, [NOT_SLOWER + ', design_limit: "the tool chose the size"}'])
     assert limited.verdict == DESIGN_UNTESTABLE and limited.reason == "backward slower: the tool chose the size"
-    # on the finding it covers every check; one that holds still holds, and decides
+    # on the finding it covers every check; one that holds cannot stand for the part the design
+    # could not see: the finding is not testable by this design, and says what held
     finding = run(known, [SLOWER, NOT_SLOWER + "}"], extra='design_limit: "a ratio of 0.5, not the paper\'s 0.05"')
     assert [c.verdict for c in finding.checks] == [HOLDS, DESIGN_UNTESTABLE]
-    assert finding.verdict == HOLDS
+    assert finding.verdict == DESIGN_UNTESTABLE and finding.reason.startswith("held: ")
     assert "not testable by this design: backward slower (a ratio of 0.5, not the paper's 0.05)" in finding.reason
 
 

@@ -148,8 +148,11 @@ def _named(parts: Sequence[Outcome]) -> str:
 
 def combine(finding: Finding, checks: list[Check], results: Sequence[Outcome], absent: str | None) -> Combined:
     """The finding's verdict: a resolved "does not hold" decides; all tested parts holding is
-    "holds"; a finding left with only parts the design (or the host) cannot test says so;
-    anything else is inconclusive. Parts left out are named in the reason."""
+    "holds", unless a part was not testable by this design: a claim is all its parts, so the
+    parts that held cannot stand for one the design could not see, and the finding reads "not
+    testable by this design" with what held named; a finding left with only parts the design (or
+    the host) cannot test says so; anything else is inconclusive. Parts left out are named in the
+    reason."""
     apply_design_limits(finding, checks, results)
     tested = [r for r in results if r.verdict in (HOLDS, FAILS, INCONCLUSIVE)]
     by_design = [r for r in results if r.verdict == DESIGN_UNTESTABLE]
@@ -167,6 +170,8 @@ def combine(finding: Finding, checks: list[Check], results: Sequence[Outcome], a
             verdict = NOT_IN_SETTING
             words = (f"not reproduced on the {finding.setting.here}; "
                      f"the {finding.setting.paper} setting is not tested here")
+    elif all(r.verdict == HOLDS for r in tested) and by_design:
+        verdict, reason = DESIGN_UNTESTABLE, "held: " + _named(tested)
     elif all(r.verdict == HOLDS for r in tested):
         verdict, reason = HOLDS, "every tested part holds"
     else:
