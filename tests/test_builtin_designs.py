@@ -30,6 +30,7 @@ SCHEDULES = {
     "park-bahn-2023": "sequential",   # tenant groups, host-wide kernel evidence
     "park-bahn-nvm": "sequential",    # tenant groups, host-wide write-back traces
     "prashanthi-2023": "duet",
+    "prashanthi-2023-memory": "sequential",  # host-wide memory (F3)
     "samani-salehi": "sequential",    # the cores a cell gets are the experiment
     "samani-salehi-gpu": "sequential",  # one GPU
     "siddaramanna-john": "duet",

@@ -12,7 +12,8 @@ import pytest
 from isobench.analysis.density import density_rows
 from isobench.plan import expand
 from isobench.platforms import PLATFORMS
-from isobench.runner.density import HostMemory, host_used_bytes, measure
+from isobench.probes.meminfo import host_used_bytes
+from isobench.runner.density import HostMemory, measure
 from isobench.store import Store
 from isobench.study.model import PlatformEntry
 from isobench.studyfile import load_study_text

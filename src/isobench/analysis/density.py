@@ -132,7 +132,7 @@ def table_rows(rows: list[DensityRow]) -> list[list[str]]:
              str(len(row.per_sandbox))] for row in rows]
 
 
-TITLE = "Density: host memory per idle sandbox (MemTotal − MemAvailable, all N up, over N) and start-up"
+TITLE = "Density: host memory per idle sandbox (MemTotal − MemAvailable − per-CPU free lists, all N up, over N) and start-up"
 
 
 def notes(rows: list[DensityRow]) -> list[str]:

@@ -7,7 +7,10 @@ then they hold. The runner reads the host's used memory, ``MemTotal - MemAvailab
 the time every member held (the latest member's measured start to the earliest one's end), less
 the reading before, over N, is the memory per sandbox. Host memory, not the members' RSS:
 gVisor's Sentry, the shims, the engine's per-container state and the kernel's are what a host
-operator pays for, and no process's RSS shows them.
+operator pays for, and no process's RSS shows them. The reading is shared with the meminfo
+probe (probes/meminfo.py), which measures a lone cell's memory: both count the free pages in the
+kernel's per-CPU lists as free (since Linux 6.7 they hold hundreds of MiB, which MemAvailable
+leaves out, and they moved one 512 MiB reading by up to 340 MiB).
 
 The figures go to the unit's first member (one value per unit and round: the members' values
 would be the same number N times, not N samples) as metrics, and to every member's
@@ -23,19 +26,24 @@ from pathlib import Path
 from typing import Any
 
 from isobench.plan.cell import Cell
+from isobench.probes.meminfo import (
+    BEFORE_READINGS,
+    MEMINFO,
+    SETTLE_STEP_S,
+    SETTLED_BYTES,
+    ZONEINFO,
+    host_in_use_bytes,
+    level_before,
+    wait_until_settled,
+)
 from isobench.runner.execute import CellOutcome
 
-MEMINFO = Path("/proc/meminfo")
 #: how often the host's memory is read while a unit runs (one read costs ~50 µs)
 SAMPLE_S = 0.1
-#: readings averaged for the level before the launch
-BEFORE_READINGS = 5
-#: before that, the host's memory is given this long to stop moving (the previous unit's
-#: containers are removed as it ends, and an engine frees their state a moment later) ...
+#: before the level is read (BEFORE_READINGS, averaged), the host's memory is given this long to
+#: stop moving by less than SETTLED_BYTES per SETTLE_STEP_S (the previous unit's containers are
+#: removed as it ends, and an engine frees their state a moment later)
 SETTLE_S = 2.0
-#: ... by less than this between two readings SETTLE_STEP_S apart
-SETTLED_BYTES = 2 * 2**20
-SETTLE_STEP_S = 0.2
 
 
 def is_density(cells: list[Cell]) -> bool:
@@ -44,27 +52,12 @@ def is_density(cells: list[Cell]) -> bool:
     return bool(cells) and WORKLOADS.get(cells[0].workload).density
 
 
-def host_used_bytes(meminfo: Path = MEMINFO) -> int | None:
-    """``MemTotal - MemAvailable`` in bytes: what the host has in use, page cache it could drop
-    left out; None where /proc/meminfo does not say."""
-    fields: dict[str, int] = {}
-    try:
-        for line in meminfo.read_text().splitlines():
-            name, _, rest = line.partition(":")
-            if name in ("MemTotal", "MemAvailable"):
-                fields[name] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    if len(fields) < 2:
-        return None
-    return fields["MemTotal"] - fields["MemAvailable"]
-
-
 class HostMemory:
     """The host's used memory before a unit launches and while it runs (a thread of its own)."""
 
-    def __init__(self, meminfo: Path = MEMINFO, interval_s: float = SAMPLE_S) -> None:
+    def __init__(self, meminfo: Path = MEMINFO, interval_s: float = SAMPLE_S, zoneinfo: Path = ZONEINFO) -> None:
         self._meminfo = meminfo
+        self._zoneinfo = zoneinfo
         self._interval = interval_s
         self.samples: list[tuple[float, int]] = []  # (runner's monotonic clock, bytes used)
         self.before: float | None = None
@@ -72,38 +65,28 @@ class HostMemory:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="density-memory", daemon=True)
 
+    def _read(self) -> int | None:
+        return host_in_use_bytes(self._meminfo, self._zoneinfo)
+
     def start(self) -> None:
         self._settle()
-        readings = []
-        for _ in range(BEFORE_READINGS):
-            used = host_used_bytes(self._meminfo)
-            if used is not None:
-                readings.append(used)
-            time.sleep(0.02)
-        self.before = statistics.fmean(readings) if readings else None
+        self.before = level_before(self._read, BEFORE_READINGS)
         self._thread.start()
 
     def _settle(self) -> None:
-        deadline = time.monotonic() + SETTLE_S
-        last = host_used_bytes(self._meminfo)
-        while last is not None and time.monotonic() < deadline:
-            time.sleep(SETTLE_STEP_S)
-            now = host_used_bytes(self._meminfo)
-            if now is None or abs(now - last) < SETTLED_BYTES:
-                return
-            last = now
+        wait_until_settled(SETTLE_S, self._read, SETTLE_STEP_S, SETTLED_BYTES)
 
     def stop(self) -> None:
         """Stop sampling; the reading after every member is gone (their clean-up included) tells
         how far the host drifted meanwhile."""
         self._stop.set()
         self._thread.join(timeout=5)
-        used = host_used_bytes(self._meminfo)
+        used = self._read()
         self.after = float(used) if used is not None else None
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            used = host_used_bytes(self._meminfo)
+            used = self._read()
             if used is not None:
                 self.samples.append((time.monotonic(), used))
             self._stop.wait(self._interval)
