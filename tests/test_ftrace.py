@@ -62,21 +62,44 @@ def series(out: Path, probe: str, name: str) -> dict[str, dict]:
     return {by_workload[cell]: table.to_pydict() for cell, table in store.series(probe, name).items()}
 
 
+#: another process on the cells' device (files under /var/tmp, as file-writer's), for as long
+#: as the study runs: every 0.2 s it rewrites 16 KiB of one file and fsyncs it, and 16 KiB of
+#: another it leaves to the flusher, as an engine's own metadata and log writes would
+NEIGHBOUR = ("import os, sys, time\n"
+             "with open(sys.argv[1] + '.sync', 'wb') as f, open(sys.argv[1] + '.dirty', 'wb') as g:\n"
+             "    while True:\n"
+             "        f.seek(0); f.write(os.urandom(16384)); f.flush(); os.fsync(f.fileno())\n"
+             "        g.seek(0); g.write(os.urandom(16384)); g.flush(); time.sleep(0.2)\n")
+
+
 @pytest.fixture(scope="module")
 def writer_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fsync'ed checkpoints, and dirty pages left for the flusher past dirty_expire, lowered to 2 s
-    for the study (the flusher wakes every 5 s, so they go out within 7 s, not the default 30-35)."""
+    for the study (the flusher wakes every 5 s, so they go out within 7 s, not the default 30-35;
+    the 15-s cell spans three wake-ups, the neighbour's dirty file written at each);
+    a neighbour process writes to the same device all along (its pid in ``neighbour.pid`` beside
+    the results)."""
     need_tracefs()
     tmp = tmp_path_factory.mktemp("ftrace")
     study = write_study(tmp / "study.yaml", {
         "name": "ftrace-writer",
         "workloads": [{"name": "file-writer", "label": "fsync", "params": {"rounds": 6, "file_kb": 512, "delay_s": 1}},
                       {"name": "file-writer", "label": "nofsync",
-                       "params": {"rounds": 1, "file_kb": 64, "fsync": False, "wait_s": 9, "delay_s": 1}}],
+                       "params": {"rounds": 1, "file_kb": 64, "fsync": False, "wait_s": 14, "delay_s": 1}}],
         "platforms": [{"name": "baremetal"}],
         "repetitions": 1, "warmup": 0, "timeout_s": 120,
         "probes": {"ftrace": {"dirty_expire_s": 2}, "syscalls": {}, "pagefaults": {}}})
-    run_cli("run", str(study), "--out", str(tmp / "out"), check=True, timeout=300)
+    scratch = Path(f"/var/tmp/isobench-test-neighbour-{os.getpid()}")
+    neighbour = subprocess.Popen([sys.executable, "-I", "-S", "-c", NEIGHBOUR, str(scratch)])
+    (tmp / "neighbour.pid").write_text(str(neighbour.pid))
+    try:
+        run_cli("run", str(study), "--out", str(tmp / "out"), check=True, timeout=300)
+        assert neighbour.poll() is None, "the neighbour stopped writing before the study ended"
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+        for suffix in (".sync", ".dirty"):
+            Path(f"{scratch}{suffix}").unlink(missing_ok=True)
     return tmp / "out"
 
 
@@ -124,6 +147,79 @@ def test_unsynced_pages_go_out_periodic_from_a_flusher(writer_study: Path) -> No
     assert 3 in pages["reason"]  # periodic
     flushed = [f for f, p in zip(pages["flusher_pid"], pages["pid"], strict=True) if f != p]
     assert flushed, "the flusher's write-back was not joined to the dirtying process"
+
+
+def test_a_neighbours_writes_count_device_wide_and_never_as_the_cells(writer_study: Path) -> None:
+    from isobench.store import Store
+
+    neighbour = int((writer_study.parent / "neighbour.pid").read_text())
+    found = _by_label(metrics(writer_study), "nofsync")
+    # the flusher wakes three times in the 15-s cell: once for the cell's file (and the
+    # neighbour's), and at the others for the neighbour's dirty file alone (with the file
+    # system's metadata, which the cell's own count takes for its own: it dirtied some too)
+    assert found["probe.ftrace.device_other_writebacks"] >= 1, found
+    assert found["probe.ftrace.device_writebacks"] - found["probe.ftrace.device_other_writebacks"] >= 1
+    assert found["probe.ftrace.device_writeback_interval_mean_s"] > 0
+    assert "probe.ftrace.device_writeback_interval_std_s" in found
+    # ~15 s of the neighbour's fsyncs, one every 0.2 s or so: on the device, started by no flusher
+    assert found["probe.ftrace.device_fsyncs"] >= 20, found
+    for label in ("fsync", "nofsync"):
+        calls = _by_label(series(writer_study, "ftrace", "writeback_calls"), label)
+        assert neighbour not in calls["pid"], f"the neighbour's fsyncs were counted as the {label} cell's own"
+    for cell in Store.open(writer_study).cells():
+        assert cell["platform_info"]["probes"]["ftrace"]["info"]["devices"]
+
+
+def _line(pid: int, t: float, event: str, body: str, comm: str = "task") -> str:
+    return f"{comm:>16}-{pid:<7} [000] ..... {t:12.6f}: {event}: {body}\n"
+
+
+def test_device_writebacks_count_every_call_on_the_cells_devices_only() -> None:
+    """A synthetic trace: the cell (pid 100) and a neighbour (200) dirty inodes on 254:0; the
+    flushers (50, 51) write them, and an inode on 8:0; the neighbour and the cell fsync."""
+    from isobench.probes.ftrace import analyse
+    from isobench.probes.ftrace_parse import REASONS, parse
+
+    def call(pid: int, t: float, reason: str, inodes: list[tuple[str, int]]) -> str:
+        head = f"bdi {inodes[0][0] if inodes else '254:0'}: sb_dev 0:0 nr_pages=1024 sync_mode=0 kupdate=1 " \
+               f"range_cyclic=1 background=0 reason={reason} cgroup_ino=1"
+        lines = _line(pid, t, "writeback_start", head, "kworker/u8:1")
+        for k, (dev, ino) in enumerate(inodes):
+            lines += _line(pid, t + 0.001 * (k + 1), "writeback_single_inode", inode(dev, ino), "kworker/u8:1")
+        return lines + _line(pid, t + 0.01, "writeback_written", head, "kworker/u8:1")
+
+    def inode(dev: str, ino: int) -> str:
+        return (f"bdi {dev}: ino={ino} state=I_DIRTY_PAGES dirtied_when=4294 age=3 index=0 to_write=1024 wrote=1 "
+                "cgroup_ino=1")
+
+    bdev = 254 << 20  # the block device's own inode (file-system metadata): its number is the device's
+    trace = (_line(100, 1.0, "writeback_dirty_folio", "bdi 254:0: ino=12 index=0")
+             + _line(100, 1.5, "writeback_dirty_folio", f"bdi 254:0: ino={bdev} index=7")
+             + _line(200, 2.0, "writeback_dirty_folio", "bdi 254:0: ino=34 index=0")
+             + call(50, 3.0, "periodic", [("254:0", 12), ("254:0", 34)])  # the cell's and the neighbour's
+             + call(50, 3.1, "periodic", [])                                # the loop's empty end: no device
+             + _line(200, 4.0, "writeback_single_inode", inode("254:0", 34))  # the neighbour's fsync
+             + call(51, 5.0, "background", [("8:0", 56)])                   # another device
+             + call(50, 6.0, "periodic", [("254:0", 34), ("254:0", bdev)])  # the neighbour's, and metadata
+             + _line(100, 7.0, "writeback_single_inode", inode("254:0", 12))  # the cell's fsync
+             + call(50, 8.5, "background", [("254:0", 34)]))                # the neighbour's only
+    result = analyse(parse(trace.encode()), None, {100: 100}, {})
+    found = {name: value for name, value, _ in result.metrics}
+    # the cell's own count takes the metadata call for its own (it dirtied the device's inode too)
+    assert (found["writebacks"], found["writebacks.periodic"], found["writebacks.sync"]) == (3, 2, 1)
+    # the flusher's calls on 254:0 (at 3, 6 and 8.5 s), whoever dirtied the pages; the fsyncs apart
+    assert found["device_writebacks"] == 3 and found["device_other_writebacks"] == 2
+    assert (found["device_writebacks.periodic"], found["device_writebacks.sync"],
+            found["device_writebacks.background"]) == (2, 0, 1)
+    assert found["device_fsyncs"] == 2
+    assert found["device_writeback_interval_mean_s"] == pytest.approx(2.75)
+    assert found["device_writeback_interval_std_s"] == pytest.approx(np.std([3.0, 2.5], ddof=1))
+    assert result.info["devices"] == ["254:0"]
+    assert REASONS[int(result.series["writeback_calls"]["reason"][0])] == "periodic"
+    # a cell that wrote nothing has no device, so no device-wide counts
+    quiet = analyse(parse(trace.encode()), None, {999: 999}, {})
+    assert not any(name.startswith("device_") for name, _, _ in quiet.metrics)
+    assert quiet.info["devices"] == []
 
 
 def test_low_dirty_background_bytes_gives_background_writebacks(tmp_path: Path) -> None:
@@ -220,7 +316,8 @@ def test_ctrl_c_mid_trace_leaves_tracing_and_sysctls_as_they_were(tmp_path: Path
               (VM / "dirty_expire_centisecs").read_text())
     study = write_study(tmp_path / "study.yaml", {
         "name": "ftrace-interrupt",
-        "workloads": [{"name": "file-writer", "params": {"rounds": 1, "wait_s": 60}}],
+        # its files in tmp_path: the interrupted writer never reaches its own clean-up
+        "workloads": [{"name": "file-writer", "params": {"rounds": 1, "wait_s": 60, "dir": str(tmp_path)}}],
         "platforms": [{"name": "baremetal"}], "repetitions": 1, "warmup": 0,
         "probes": {"ftrace": {"dirty_background_bytes": 64 << 20, "dirty_expire_s": 3}, "syscalls": {}}})
     runner = subprocess.Popen([*ISOBENCH, "run", str(study), "--out", str(tmp_path / "out")],

@@ -9,6 +9,11 @@ cell when it writes an inode the cell dirtied, and so do the block requests that
 issued inside that call. A page's write-back is the first ``writeback_single_inode`` of its
 inode after the page was dirtied: in a kworker it has the call's reason, in the cell's own
 context (fsync) the reason is ``sync``.
+
+Device-wide. The flusher's calls counted without the cell's filter, on the devices the cell
+wrote to (``device_writebacks``, their reasons and intervals): whoever dirtied the pages, the
+engine's own writes included (a container's json-file log, overlay and containerd metadata),
+which the cell's own counts never see.
 """
 
 from __future__ import annotations
@@ -259,9 +264,55 @@ def analyse(host: Events | None, cell: Events | None, sampled: dict[int, int],
         "nr_pages": np.array([c["nr_pages"] for c in cell_calls], dtype=np.int64),
         "cell_inodes": np.array([c["cell_inodes"] for c in cell_calls], dtype=np.int32)}
 
+    _device_writebacks(host, calls, inode_call, si, dirty, si_cell, result)
     _page_writebacks(host, dirty, si[si_cell], si_reason[si_cell], tgid, result)
     _block(host, in_cell, _flusher_windows(host, in_cell, cell_inodes), result)
     return result
+
+
+def _device_writebacks(host: Events, calls: list[dict[str, Any]], inode_call: np.ndarray, si: np.ndarray,
+                       dirty: np.ndarray, si_cell: np.ndarray, result: ProbeResult) -> None:
+    """Every flusher write-back call on the devices the cell wrote to during the cell, whoever
+    dirtied the pages: the engine's own writes (a container's json-file log, overlay and
+    containerd metadata), the host's, other tenants' (so each tenant of a group counts the
+    others' too). These are the kernel's write-back calls (``writeback_start`` with its reason),
+    the ones Park & Bahn count by reason, not the cell's filtered ``writebacks``:
+    ``device_other_writebacks`` are the calls that wrote none of the cell's files. (The cell's
+    ``writebacks`` count a call that wrote only the block device's inode: the cell dirtied
+    metadata there too, so on a file system shared with others nearly every call is the cell's.)
+
+    A device is the bdi of the cell's dirtied folios and written inodes. A call is on a device
+    when it wrote an inode there (a call that wrote no inode, as the flusher's loop ends with,
+    belongs to no device). An inode a task writes itself outside any call (fsync, by anyone:
+    the host's other processes fsync often) starts no write-back call: those are counted apart,
+    as ``device_fsyncs``."""
+    devices = set(host.inode_dev[dirty].tolist()) | set(host.inode_dev[si[si_cell]].tolist())
+    result.info["devices"] = sorted(f"{d >> 20}:{d & 0xFFFFF}" if d >= 0 else "unnamed bdi" for d in devices)
+    if not devices:
+        result.info["device_writebacks"] = "none: the cell wrote to no device"
+        return
+    on_device = np.isin(host.inode_dev[si], np.fromiter(devices, dtype=np.int64, count=len(devices)))
+    in_call = inode_call[on_device]
+    chosen = sorted(set(in_call[in_call >= 0].tolist()))
+    device_calls = [calls[c] for c in chosen]  # in time order, as _calls made them
+    by_reason = {name: 0 for name in ("background", "periodic", "sync")}
+    for call in device_calls:
+        name = REASONS[call["reason"]] if 0 <= call["reason"] < len(REASONS) else "unknown"
+        by_reason[name] = by_reason.get(name, 0) + 1
+    metrics = result.metrics
+    metrics.append(("device_writebacks", len(device_calls), "calls"))
+    metrics.extend((f"device_writebacks.{name}", count, "calls") for name, count in sorted(by_reason.items()))
+    # the cell's files: not the block device's own inode (its i_ino is the device number), whose
+    # pages are every writer's file-system metadata (bitmaps, inode tables, directories)
+    files = si_cell & (host.ino[si] != host.inode_dev[si]) & (inode_call >= 0)
+    with_files = set(inode_call[files].tolist())
+    metrics.append(("device_other_writebacks", sum(1 for c in chosen if c not in with_files), "calls"))
+    metrics.append(("device_fsyncs", int((in_call < 0).sum()), "inodes"))
+    starts = np.array([c["time_s"] for c in device_calls])
+    if len(starts) >= 2:
+        gaps = np.diff(starts)
+        metrics.append(("device_writeback_interval_mean_s", float(gaps.mean()), "s"))
+        metrics.append(("device_writeback_interval_std_s", float(gaps.std(ddof=1)) if len(gaps) > 1 else 0.0, "s"))
 
 
 def _page_writebacks(host: Events, dirty: np.ndarray, si: np.ndarray, si_reason: np.ndarray,
