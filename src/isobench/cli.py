@@ -81,6 +81,11 @@ def run(ctx: typer.Context, study: StudyArg = None,
                                                              "of `isobench summary --json` on stdout")] = False,
         ) -> None:
     """Run a study (or, with --script, your own script on bare metal and Docker) and print its result table."""
+    from isobench.runner.hostload_baseline import BeforeSetup
+
+    # the host is watched from here, while the runner imports itself and reads the study (its own
+    # work, subtracted), instead of for a second of its own before set-up
+    before_setup = BeforeSetup() if ray is None and not resume else None
     from isobench.runner.study import run_study
 
     study = study or study_opt
@@ -109,7 +114,7 @@ def run(ctx: typer.Context, study: StudyArg = None,
 
                 directory = run_study_on_ray(text, name, out, resume, progress, ray, allow_unauthenticated)
             else:
-                directory = run_study(text, name, out, resume, progress)
+                directory = run_study(text, name, out, resume, progress, before_setup)
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         if as_json:
@@ -399,11 +404,16 @@ def replicate(paper: Annotated[str, typer.Argument(help="park-bahn-2023, prashan
                   help="cap each adaptive study's time budget (minutes)")] = None,
               markdown: Annotated[Optional[Path], typer.Option(  # noqa: UP045
                   help="also write the verdicts, host and timings as Markdown (docs/replication.md)")] = None,
+              power: Annotated[bool, typer.Option("--power", help="also run each injectable check with an "
+                                                  "effect of the paper's size injected on the baseline, and say "
+                                                  "whether its design sees it")] = False,
+              power_findings: Annotated[Optional[str], typer.Option(  # noqa: UP045
+                  help="with --power: only these findings' checks, e.g. F1,F2 (implies --power)")] = None,
               as_json: JsonOpt = False) -> None:
     """Re-test each paper's headline findings on this host and print one verdict table."""
     from isobench.replicate.commands import replicate_command
 
-    replicate_command(paper, out, resume, quick, max_minutes, markdown, as_json, sys.argv)
+    replicate_command(paper, out, resume, quick, max_minutes, markdown, as_json, sys.argv, power, power_findings)
 
 
 @app.command()

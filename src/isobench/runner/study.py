@@ -25,7 +25,7 @@ from isobench.runner.duet import Leads
 from isobench.runner.execute import CellOutcome
 from isobench.runner.harness import harness_on_its_cores
 from isobench.runner.hostknobs import applied_host_knobs
-from isobench.runner.hostload_baseline import sample_before_setup
+from isobench.runner.hostload_baseline import BeforeSetup
 from isobench.runner.interference import shared_disturbance
 from isobench.runner.nodes import safe_host_key
 from isobench.runner.setup import (
@@ -138,19 +138,22 @@ def run_unit(study: Study, batch: list[Cell], members: list[Platform], store: St
 
 
 def run_study(study_text: str | None, file: str | None, out: Path | None, resume: bool,
-              console: Console) -> Path:
+              console: Console, before_setup: BeforeSetup | None = None) -> Path:
+    """Run (or resume) a study here. ``before_setup``: the sample of the host before set-up, when
+    the caller started it earlier (it overlaps the runner's own imports); else it starts now."""
     # From the first step that can change the host (sweeps, images, pinning), SIGTERM unwinds like
     # Ctrl-C: a signal during set-up must restore what set-up changed, as one during a cell does.
     with sigterm_as_interrupt():
-        return _run_study(study_text, file, out, resume, console)
+        return _run_study(study_text, file, out, resume, console, before_setup or BeforeSetup())
 
 
 def _run_study(study_text: str | None, file: str | None, out: Path | None, resume: bool,
-               console: Console) -> Path:
+               console: Console, before_setup: BeforeSetup) -> Path:
+    # the host before our own set-up is watched while we read and plan (our own work is subtracted)
     study, study_text, file, out, store = open_store(study_text, file, out, resume)
-    platforms = check_platforms(study, file)
-    sample_before_setup(resuming=store is not None)  # the host before our own set-up
     plan = expand(study)
+    before_setup.finish(resuming=store is not None)
+    platforms = check_platforms(study, file)  # asks the engines: their daemons' work is no neighbour's
     done = store.finished_ids() if store else set()
     todo = [c for c in plan if c.cell_id not in done]
 
