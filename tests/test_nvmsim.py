@@ -103,10 +103,12 @@ def test_sweep_equals_simulation_per_capacity(events: list[tuple[int, bool]], ca
     trace = trace_of([p for p, _ in events], [READ if r else WRITE for _, r in events])
     for row in sweep_lru(trace, capacities, PCM, HDD):
         ref = simulate_reference(trace, SimConfig(row["capacity"], "lru"), PCM, HDD)
-        assert (row["hits"], row["sync_destages"], row["slow_reads"]) == \
-            (ref.hits, ref.sync_destages, ref.slow_reads)
+        assert (row["hits"], row["sync_destages"], row["slow_reads"], row["drain_pages"]) == \
+            (ref.hits, ref.sync_destages, ref.slow_reads, ref.dirty_at_end)
         summary = summarize(ref.latency_s)
         assert row["mean_s"] == pytest.approx(summary["mean_s"], rel=1e-12)
+        drained = (ref.latency_s.sum() + ref.dirty_at_end * S) / len(trace)
+        assert row["mean_drained_s"] == pytest.approx(drained, rel=1e-12)
         assert (row["p50_s"], row["p99_s"]) == (summary["p50_s"], summary["p99_s"])
 
 
@@ -150,6 +152,11 @@ def test_cli_on_csv_and_parquet_traces(tmp_path) -> None:  # type: ignore[no-unt
     assert result["nvm_system"]["mean_s"] < result["baseline"]["mean_s"]
     gains = [row["improvement"] for row in result["sweep"]]
     assert gains == sorted(gains) and len(gains) >= 6  # more NVM never hurts LRU here
+    # the footprint figures come along: distinct pages of both files, a drain no larger than the buffer
+    footprint = result["footprint"]
+    assert footprint["footprint_pages"] == result["footprint_pages"] == 2 * len(set(index.tolist()))  # two inodes
+    assert 0 < result["drain_pages"] <= 64 and result["improvement_drained"] < result["improvement"]
+    assert [row["fraction"] for row in footprint["capacities"]] == [0.25, 0.5, 1.0, 2.0]
     text = run_cli("nvmsim", str(csv_path), "--capacity", "1m")
     assert text.returncode == 0 and "I/O latency improvement" in text.stdout
     bad = tmp_path / "bad.csv"
@@ -235,3 +242,117 @@ def test_sweep_of_no_capacities_and_of_reads_only() -> None:
     assert sweep_lru(trace_of([1, 2, 3]), [], PCM, HDD) == []
     rows = sweep_lru(trace_of([1, 2, 1], [READ] * 3), [1, 4], PCM, HDD)
     assert [(r["hits"], r["misses"], r["slow_reads"]) for r in rows] == [(0, 0, 3), (0, 0, 3)]
+
+
+# Footprint-relative capacity, the write-through at the end (the drain), hot pages, capacity for 82%
+
+
+def rewrite(pages: int, times: int) -> Trace:
+    """A checkpoint of ``pages`` pages rewritten in place, front to back, ``times`` times."""
+    return trace_of(list(range(pages)) * times)
+
+
+@pytest.mark.parametrize("policy", ["lru", "clock", "hot"])
+def test_the_drain_is_the_dirty_pages_left_at_the_end(policy: str) -> None:
+    from isobench.nvmsim.run import compare
+
+    trace = rewrite(10, 4)
+    fits = both(trace, SimConfig(10, policy))  # type: ignore[arg-type]
+    assert fits.slow_writes == 0 and fits.dirty_at_end == 10  # never wrote the HDD: it owes every page
+    result = compare(trace, SimConfig(10, policy), PCM, HDD)  # type: ignore[arg-type]
+    assert result["improvement"] == pytest.approx(1 - W / S)
+    # charged one HDD write per page at the end: 40 NVM writes and 10 HDD writes against 40 HDD writes
+    assert result["improvement_drained"] == pytest.approx(1 - (40 * W + 10 * S) / (40 * S))
+    assert (result["drain_pages"], result["slow_writes_with_drain"], result["footprint_pages"]) == (10, 10, 10)
+    # background destage leaves fewer pages dirty, and each page it cleaned was already paid for
+    bg = both(trace, SimConfig(10, policy, high_watermark=0.5, low_watermark=0.3))  # type: ignore[arg-type]
+    assert bg.dirty_at_end <= 5 and bg.background_destages > 0
+
+
+def test_footprint_counts_distinct_pages_written_and_capacities_follow_it() -> None:
+    from isobench.nvmsim.run import footprint_capacity
+
+    trace = trace_of([1, 2, 2, 3, 9, 8], [WRITE, WRITE, WRITE, WRITE, READ, READ])
+    assert trace.footprint() == 3 and trace.n_pages == 5  # pages only read are not part of it
+    big = rewrite(10, 2)
+    assert [footprint_capacity(big, f) for f in (0.25, 0.5, 1.0, 2.0)] == [3, 5, 10, 20]
+    assert footprint_capacity(trace_of([1]), 0.25) == 1 and trace_of([1], [READ]).footprint() == 0
+
+
+def test_hot_share_is_the_top_tenth_of_pages() -> None:
+    from isobench.nvmsim.characterise import hot_share
+
+    assert hot_share(rewrite(100, 10)) == pytest.approx(0.10)  # every page alike: no hot pages
+    hot = [p for p in range(10) for _ in range(100)]  # 10 pages written 100 times, 90 pages once
+    assert hot_share(trace_of(hot + list(range(10, 100)))) == pytest.approx(1000 / 1090)
+    assert hot_share(trace_of([5] * 3 + [6])) == pytest.approx(0.75)  # one page of two: at least one
+    assert hot_share(trace_of([1], [READ])) == 0.0
+
+
+def test_a_rewrite_larger_than_the_buffer_reaches_its_ceiling_only_at_the_footprint() -> None:
+    from isobench.nvmsim.run import footprint_report
+
+    report = footprint_report(rewrite(100, 10), PCM, HDD, target=0.82)
+    rows = {row["fraction"]: row for row in report["capacities"]}
+    assert [row["capacity_pages"] for row in report["capacities"]] == [25, 50, 100, 200]
+    # below the footprint LRU misses every write; the drain counted, the buffer gains nothing
+    assert rows[0.5]["improvement"] == pytest.approx(1 - (1000 * W + 950 * S) / (1000 * S))  # the first fill
+    assert rows[0.5]["improvement_drained"] <= 0 and rows[0.25]["improvement_drained"] <= 0
+    # at the footprint: every page once to the HDD, at the end; twice the footprint is no better
+    ceiling = 1 - (1000 * W + 100 * S) / (1000 * S)
+    assert rows[1.0]["improvement_drained"] == pytest.approx(ceiling) == report["ceiling"]
+    assert rows[2.0]["improvement_drained"] == pytest.approx(ceiling) and rows[2.0]["drain_pages"] == 100
+    assert rows[1.0]["improvement"] > 0.99  # without the drain the buffer looks near perfect
+    assert report["capacity_for_target"] == {"pages": 100, "mib": 100 * 4096 / 2**20, "fraction": 1.0}
+    assert report["write_backs_per_page"] == 10 and report["hot_share_top10"] == pytest.approx(0.1)
+    assert footprint_report(rewrite(100, 10), PCM, HDD, target=0.95)["capacity_for_target"] is None  # > 1 - 1/10
+
+
+def test_capacity_for_a_target_is_the_smallest_that_reaches_it() -> None:
+    from isobench.nvmsim.run import capacity_for
+
+    rng = np.random.default_rng(11)
+    for _ in range(6):
+        n = int(rng.integers(300, 1500))
+        pages = (rng.zipf(1.3, n) % int(rng.integers(20, 120))).tolist()
+        trace = trace_of(pages, (rng.random(n) < 0.1).astype(int).tolist())
+        base = baseline_latency(trace, HDD).sum()
+        gains = []
+        for capacity in range(1, trace.footprint() + 1):  # brute force, one simulation per capacity
+            result = simulate_fast(trace, SimConfig(capacity, "lru"), PCM, HDD)
+            gains.append(1 - (result.latency_s.sum() + result.dirty_at_end * S) / base)
+        assert all(a <= b + 1e-12 for a, b in zip(gains, gains[1:], strict=False))  # monotone: search is exact
+        for target in (gains[0] - 0.01, float(np.median(gains)), gains[-1], gains[-1] + 0.01):
+            expected = next((c for c, g in enumerate(gains, start=1) if g >= target), None)
+            assert capacity_for(trace, target, PCM, HDD) == expected, (target, expected)
+
+
+def test_the_finding_rule_reads_the_footprint_and_the_drain(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from isobench.analysis.finding_power import FAILS, HOLDS
+    from isobench.analysis.finding_spec import parse_findings
+    from isobench.analysis.findings import evaluate
+    from tests import report_store
+
+    store = report_store.build(tmp_path / "out")  # each cell wrote back 30 pages, 60 times; 3 pages hot
+
+    def check(fields: str):  # type: ignore[no-untyped-def]
+        paper = parse_findings(f"""
+paper: t
+title: t
+studies: [known]
+findings:
+  - {{id: T1, source: s, claim: c, paper: p,
+     checks: [{{what: flush, kind: nvmsim, study: known, {fields}}}]}}
+""", "t.yaml")
+        return evaluate(paper, {"known": store}, {})[0]
+
+    # at the footprint, nothing written through: near 100%; charged the drain: 1 - 30/60, just short of half
+    assert check('capacity_footprint: 1.0, expect: "> 0.99"').verdict == HOLDS
+    drained = check('capacity_footprint: 1.0, drain: true, expect: "> 0.5", effect: 0.82')
+    assert drained.verdict == FAILS and drained.checks[0].estimate == pytest.approx(0.5 - W / S)
+    assert "1× each trace's footprint" in drained.reason and "written through at the end" in drained.reason
+    assert "top-10% pages 55% of write-backs" in drained.here and "82% at no capacity, at most 50%" in drained.here
+    # a figure within reach: the smallest capacity for it, as a multiple of the footprint and in MiB
+    reach = check('capacity_footprint: 0.5, drain: true, expect: "> 0.4", effect: 0.45')
+    assert "45% at " in reach.here and "× footprint (" in reach.here and " MiB)" in reach.here
+    assert "45% at no capacity" not in reach.here

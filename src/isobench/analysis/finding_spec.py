@@ -127,6 +127,12 @@ class Check(Side):
     nvm: str = "pcm"
     slow: str = "hdd"
     capacity_mib: float = 16.0
+    #: nvmsim: the capacity as a multiple of each trace's footprint (its distinct pages written
+    #: back), in place of capacity_mib; with ``effect`` (the paper's improvement, 0.82) the result
+    #: also names the capacity each trace needs to reach it
+    capacity_footprint: float | None = None
+    #: nvmsim: charge the NVM system the write-through it owes at the trace's end (its dirty pages)
+    drain: bool = False
     #: the paper's effect on this check's scale (a ratio: 1.537 for +53.7%): "does not hold" then
     #: needs the design to have been able to see it (analysis/finding_power.py)
     effect: float | None = None

@@ -231,12 +231,21 @@ def _largest(sources: Sources, check: Check, default_study: str) -> CheckResult:
                        mine[0], mine[1], mine[2])
 
 
+def _span(values: list[float], fmt: str = ".0%") -> str:
+    low, high = min(values), max(values)
+    return f"{low:{fmt}}" if f"{low:{fmt}}" == f"{high:{fmt}}" else f"{low:{fmt}}–{high:{fmt}}"
+
+
 def _nvmsim(sources: Sources, check: Check, default_study: str) -> CheckResult:
-    """The NVM flush layer's latency improvement per trace shape (workload), at the check's capacity."""
+    """The NVM flush layer's latency improvement per trace shape (workload), at the check's
+    capacity: fixed (``capacity_mib``) or a multiple of each trace's footprint; with ``drain``
+    the write-through owed at the trace's end is charged. Beside each shape: its hot-page share
+    (Figure 4) and, with ``effect``, the capacity its traces need to reach the paper's figure."""
+    from isobench.nvmsim.characterise import hot_share
     from isobench.nvmsim.devices import device
     from isobench.nvmsim.from_store import cell_traces
     from isobench.nvmsim.model import SimConfig
-    from isobench.nvmsim.run import compare
+    from isobench.nvmsim.run import capacity_for, capacity_sweep, compare, footprint_capacity
 
     study = check.study or default_study
     directory = sources.directories.get(study)
@@ -247,12 +256,24 @@ def _nvmsim(sources: Sources, check: Check, default_study: str) -> CheckResult:
     traces = [t for t in cell_traces(directory) if len(t.trace)]
     if not traces:
         raise Untestable("no write-backs were captured (the ftrace probe recorded none)")
-    config = SimConfig(capacity=max(1, int(check.capacity_mib * 2**20 / 4096)))
+    nvm, slow = device(check.nvm), device(check.slow)
+    fixed = max(1, int(check.capacity_mib * 2**20 / 4096))
     by_shape: dict[str, list[float]] = defaultdict(list)
+    beside: dict[str, list[tuple[float, float | None, float]]] = defaultdict(list)  # hot share, needed ×, MiB
+    ceilings: dict[str, list[float]] = defaultdict(list)
     for item in traces:
-        result = compare(item.trace, config, device(check.nvm), device(check.slow))
+        capacity = fixed if check.capacity_footprint is None else footprint_capacity(item.trace,
+                                                                                      check.capacity_footprint)
+        result = compare(item.trace, SimConfig(capacity=capacity), nvm, slow)
         # a shape: the model's write-back pattern, alone or merged with three co-tenants' traces
-        by_shape[f"{item.workload} on {item.platform}"].append(result["improvement"])
+        shape = f"{item.workload} on {item.platform}"
+        by_shape[shape].append(result["improvement_drained" if check.drain else "improvement"])
+        needed = capacity_for(item.trace, check.effect, nvm, slow) if check.effect is not None else None
+        footprint = max(result["footprint_pages"], 1)
+        beside[shape].append((hot_share(item.trace), None if needed is None else needed / footprint,
+                              (needed or 0) * 4096 / 2**20))
+        if check.effect is not None and needed is None:  # what the whole footprint reaches instead
+            ceilings[shape].append(capacity_sweep(item.trace, [footprint], nvm, slow)[0]["improvement_drained"])
     # A replay is deterministic: each trace's improvement is exact, so a shape holds when every one
     # of its traces clears the threshold and fails when none does (no interval to estimate).
     expect = check.expectation
@@ -260,14 +281,27 @@ def _nvmsim(sources: Sources, check: Check, default_study: str) -> CheckResult:
     for shape, values in sorted(by_shape.items()):
         cleared = [_beyond(expect, v) for v in values]
         verdicts[shape] = HOLDS if all(cleared) else FAILS if not any(cleared) else INCONCLUSIVE
-        low, high = min(values), max(values)
-        parts.append(f"{shape} {low:.0%}" if high - low < 0.005 else f"{shape} {low:.0%}–{high:.0%}")
+        notes = [f"top-10% pages {_span([b[0] for b in beside[shape]])} of write-backs"]
+        if check.effect is not None:
+            reached = [(b[1], b[2]) for b in beside[shape] if b[1] is not None]
+            paper = f"{check.effect:.0%}"
+            if not reached:
+                notes.append(f"{paper} at no capacity, at most {_span(ceilings[shape])}")
+            else:
+                notes.append(f"{paper} at {_span([r[0] for r in reached], '.2f')}× footprint "
+                             f"({_span([r[1] for r in reached], '.1f')} MiB)"
+                             + ("" if len(reached) == len(beside[shape]) else
+                                f", at none for {len(beside[shape]) - len(reached)} trace(s)"))
+        parts.append(f"{shape} {_span(values)} ({'; '.join(notes)})")
     overall = statistics.fmean(v for vs in by_shape.values() for v in vs)
     holds = [s for s, v in verdicts.items() if v == HOLDS]
     fails = [s for s, v in verdicts.items() if v == FAILS]
     mixed = [s for s, v in verdicts.items() if v == INCONCLUSIVE]
     shown = f"mean {overall:.0%} over {sum(map(len, by_shape.values()))} traces; " + ", ".join(parts)
-    where = f"at {check.capacity_mib:g} MiB of {check.nvm} in front of {check.slow}"
+    size = (f"{check.capacity_mib:g} MiB" if check.capacity_footprint is None
+            else f"{check.capacity_footprint:g}× each trace's footprint")
+    where = (f"at {size} of {check.nvm} in front of {check.slow}"
+             + (", the pages left dirty written through at the end" if check.drain else ""))
     if len(holds) == len(verdicts):
         return CheckResult(check.what, HOLDS, shown, f"holds on every trace shape ({', '.join(holds)}) {where}",
                            None, overall)

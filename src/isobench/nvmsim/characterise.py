@@ -51,3 +51,16 @@ def hot_share_over_time(trace: Trace, windows: int = 10, top_fraction: float = 0
         rows.append({"window": k, "start_s": float(edges[k] - edges[0]), "write_backs": int(len(in_window)),
                      "pages": int(len(counts)), "hot_share": float(counts[:top].sum() / len(in_window))})
     return rows
+
+
+def hot_share(trace: Trace, top_fraction: float = 0.10) -> float:
+    """The share of all write-backs that go to the most written ``top_fraction`` of the pages
+    written back (at least one page): Figure 4's concentration in one number. A trace that
+    rewrites every page equally reads ``top_fraction``; the paper's hot pages read far more."""
+    pages = trace.page[trace.op != READ]
+    if len(pages) == 0:
+        return 0.0
+    counts = np.bincount(pages)
+    counts = np.sort(counts[counts > 0])[::-1]
+    top = max(1, int(np.ceil(top_fraction * len(counts) - 1e-9)))
+    return float(counts[:top].sum() / len(pages))

@@ -26,7 +26,9 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
            cell: Annotated[Optional[str], typer.Option(help="with a study directory: only this cell")] = None,  # noqa: UP045
            export_csv: Annotated[Optional[Path], typer.Option(help="with a study directory: write the cells' "  # noqa: UP045
                                                                    "traces as CSV here (file or directory)")] = None,
-           capacity: Annotated[str, typer.Option(help="NVM buffer size: pages, or a size such as 64m")] = "16m",
+           capacity: Annotated[str, typer.Option(help="NVM buffer size: pages, a size such as 64m, or a "
+                                                      "multiple of each trace's footprint (distinct pages "
+                                                      "written back) such as 1x")] = "16m",
            policy: Annotated[str, typer.Option(help="lru, clock or hot (hotness-aware)")] = "lru",
            nvm: Annotated[str, typer.Option(help="NVM device preset")] = "pcm",
            slow: Annotated[str, typer.Option(help="slow device preset")] = "hdd",
@@ -46,7 +48,7 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
     """
     from isobench.nvmsim import trace as trace_mod
     from isobench.nvmsim.devices import device
-    from isobench.nvmsim.run import capacity_sweep, compare, default_capacities
+    from isobench.nvmsim.run import capacity_sweep, compare, default_capacities, footprint_report
 
     if len(traces) == 1 and traces[0].is_dir():
         from isobench.nvmsim.study_cli import nvmsim_study
@@ -60,12 +62,14 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
         return
     from isobench.nvmsim.study_cli import sim_config_from_options
 
-    config = sim_config_from_options(capacity, policy, nvm, slow, high_watermark, low_watermark)
+    sim_config_from_options(capacity, policy, nvm, slow, high_watermark, low_watermark)  # checked before loading
     try:
         trace = trace_mod.load(traces)
     except (OSError, ValueError) as err:
         raise UserError(str(err), fix="see `isobench nvmsim --help` for the columns") from None
+    config = sim_config_from_options(capacity, policy, nvm, slow, high_watermark, low_watermark, trace.footprint())
     result = compare(trace, config, device(nvm), device(slow))
+    footprint = footprint_report(trace, device(nvm), device(slow))
     rows = capacity_sweep(trace, default_capacities(trace, sweep or 64), device(nvm), device(slow)) \
         if (sweep or plot) else []
     if plot:
@@ -78,7 +82,7 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
 
         extra = {"heatmap": writebacks_per_page_over_time(trace), "hot_share": hot_share_over_time(trace)}
     if as_json:
-        sys.stdout.write(json.dumps({**result, "sweep": rows, **extra}, indent=1) + "\n")
+        sys.stdout.write(json.dumps({**result, "footprint": footprint, "sweep": rows, **extra}, indent=1) + "\n")
         return
     table = Table(title=f"{result['events']} events, {result['pages']} pages, NVM {result['capacity_pages']} "
                         f"pages ({result['policy']}), {nvm} in front of {slow}")
@@ -92,6 +96,21 @@ def nvmsim(traces: Annotated[list[Path], typer.Argument(help="write-back trace(s
     console.print(f"I/O latency improvement: {result['improvement']:.1%}; NVM hit ratio {result['hit_ratio']:.1%}; "
                   f"{result['flushes_avoided']} flushes to {slow} avoided; destaged {result['destage_bytes']:,} bytes "
                   f"({result['sync_destages']} synchronous, {result['background_destages']} in the background)")
+    console.print(f"write-through at the end: {result['drain_pages']} pages still dirty in NVM "
+                  f"({result['drain_s'] * 1e3:,.1f} ms on {slow}); improvement with it charged: "
+                  f"{result['improvement_drained']:.1%}")
+    from isobench.nvmsim.study_cli import needs_words
+
+    fp_table = Table(title=f"capacity relative to the footprint: {footprint['footprint_pages']} pages "
+                           f"({footprint['footprint_mib']:,.2f} MiB), {footprint['write_backs_per_page']:.2f} "
+                           f"write-backs per page, top-10% pages {footprint['hot_share_top10']:.0%} of them (LRU)")
+    for column in ("× footprint", "capacity", "improvement", "with drain", "drain (pages)"):
+        fp_table.add_column(column, justify="right")
+    for row in footprint["capacities"]:
+        fp_table.add_row(f"{row['fraction']:g}×", f"{row['capacity_pages']} pages ({row['capacity_mib']:,.2f} MiB)",
+                         f"{row['improvement']:.1%}", f"{row['improvement_drained']:.1%}", str(row["drain_pages"]))
+    console.print(fp_table)
+    console.print(f"capacity for Park & Bahn's {footprint['target']:.0%} (drain charged): {needs_words(footprint)}")
     if rows:
         sweep_table = Table(title="LRU capacity sweep (one pass, Mattson stack distances)")
         for column in ("capacity (pages)", "hit ratio", "mean latency", "improvement"):

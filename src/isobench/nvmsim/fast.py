@@ -92,7 +92,7 @@ def _lru(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, slo
                     n_dirty -= 1
                     bg += 1
                 cursor = nxt[cursor]
-    return latency, hits, misses, sync, bg, slow_reads
+    return latency, hits, misses, sync, bg, slow_reads, n_dirty
 
 
 @njit(cache=True)
@@ -159,7 +159,7 @@ def _clock(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, s
                         dirty[cand] = False
                         n_dirty -= 1
                         bg += 1
-    return latency, hits, misses, sync, bg, slow_reads
+    return latency, hits, misses, sync, bg, slow_reads, n_dirty
 
 
 @njit(cache=True)
@@ -273,7 +273,7 @@ def _hot(pages, ops, n_pages, capacity, high, low, background, nvm_w, nvm_r, slo
                 dirty[p] = False
                 n_dirty -= 1
                 bg += 1
-    return latency, hits, misses, sync, bg, slow_reads
+    return latency, hits, misses, sync, bg, slow_reads, n_dirty
 
 
 KERNELS = {"lru": _lru, "clock": _clock, "hot": _hot}
@@ -286,8 +286,8 @@ def simulate_fast(trace: Trace, config: SimConfig, nvm: Device, slow: Device) ->
     out = kernel(trace.page, trace.op, max(trace.n_pages, 1), config.capacity,
                  config.high_watermark * config.capacity, config.low_watermark * config.capacity,
                  config.background, nvm.page_write_s, nvm.page_read_s, slow.page_write_s, slow.page_read_s)
-    latency, hits, misses, sync, bg, slow_reads = out
-    return SimResult(latency, int(hits), int(misses), int(sync), int(bg), int(slow_reads))
+    latency, hits, misses, sync, bg, slow_reads, dirty = out
+    return SimResult(latency, int(hits), int(misses), int(sync), int(bg), int(slow_reads), int(dirty))
 
 
 FRONT = 256  # depths below this are counted exactly in the time bitmap (see _stack_buckets)
@@ -448,7 +448,9 @@ def _lru_buckets(pages: np.ndarray, ops: np.ndarray, n_pages: int, caps: np.ndar
 
 
 def sweep_lru(trace: Trace, capacities: list[int], nvm: Device, slow: Device) -> list[dict[str, float]]:
-    """The LRU system without background destage, for every capacity, from one pass."""
+    """The LRU system without background destage, for every capacity, from one pass. Without
+    background destage every resident page is dirty, and the buffer ends holding min(capacity,
+    footprint) pages: that is each capacity's drain (``drain_pages``, ``mean_drained_s``)."""
     if not capacities:
         return []
     caps = np.array(sorted(set(capacities)), dtype=np.int64)
@@ -458,6 +460,7 @@ def sweep_lru(trace: Trace, capacities: list[int], nvm: Device, slow: Device) ->
     sync_from = sync_b[::-1].cumsum()[::-1]  # writes with min(bucket, full) > k destage in cache k
     read_hits_upto = np.cumsum(read_b)
     n_w, n_r = int(write_b.sum()), int(read_b.sum())
+    footprint = trace.footprint()
     values = np.array([nvm.page_write_s, nvm.page_write_s + slow.page_write_s, nvm.page_read_s,
                        slow.page_read_s])
     rows = []
@@ -466,7 +469,10 @@ def sweep_lru(trace: Trace, capacities: list[int], nvm: Device, slow: Device) ->
         sync = int(sync_from[k + 1])
         read_hits = int(read_hits_upto[k])
         counts = np.array([n_w - sync, sync, read_hits, n_r - read_hits])
+        summary = summarize_counts(values, counts)
+        drain = min(capacity, footprint)
+        drained = (summary["mean_s"] * (n_w + n_r) + drain * slow.page_write_s) / (n_w + n_r) if n_w + n_r else 0.0
         rows.append({"capacity": capacity, "hits": hits, "misses": n_w - hits, "sync_destages": sync,
-                     "slow_reads": n_r - read_hits, **summarize_counts(values, counts)})
+                     "slow_reads": n_r - read_hits, **summary, "drain_pages": drain, "mean_drained_s": drained})
     by_capacity = {row["capacity"]: row for row in rows}
     return [by_capacity[c] for c in capacities]

@@ -33,6 +33,11 @@ class Trace:
     def __len__(self) -> int:
         return len(self.time_s)
 
+    def footprint(self) -> int:
+        """Distinct pages written back (a page only read is not part of it)."""
+        written = self.page[self.op != READ]
+        return int(np.count_nonzero(np.bincount(written, minlength=1))) if len(written) else 0
+
     @classmethod
     def from_columns(cls, time_s: np.ndarray, keys: np.ndarray, op: np.ndarray | None = None,
                      tenant: np.ndarray | None = None) -> Trace:
