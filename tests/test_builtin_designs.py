@@ -16,7 +16,7 @@ from isobench.analysis.finding_spec import PAPERS, load_findings
 from isobench.design import RESOLVING_FIELDS, duet_obstacle, resolve
 from isobench.plan import expand
 from isobench.plan.cores import assign_cores
-from isobench.replicate.run import study_text
+from isobench.replicate.study_text import study_text
 from isobench.study.aa import is_aa_entry
 from isobench.studyfile import builtin_studies, load_study_text, resolve_study_text
 

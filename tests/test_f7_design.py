@@ -16,7 +16,7 @@ from isobench.analysis.finding_power import DESIGN_UNTESTABLE, FAILS, HOLDS, com
 from isobench.analysis.finding_spec import Check, Finding, load_findings
 from isobench.analysis.findings import _group
 from isobench.plan import expand
-from isobench.replicate.run import study_text
+from isobench.replicate.study_text import study_text
 from isobench.studyfile import load_study_text
 
 PAPER = "samani-salehi"

@@ -326,7 +326,7 @@ def test_a_check_without_a_published_figure_shows_its_estimate_and_no_verdict(kn
 def test_a_papers_overrides_replace_a_shared_studys_fields_and_quick_replaces_them_again() -> None:
     import yaml
 
-    from isobench.replicate.run import study_text
+    from isobench.replicate.study_text import study_text
 
     paper = load_findings("siddaramanna-john")
     full = yaml.safe_load(study_text(paper, "density", False, None))

@@ -23,8 +23,8 @@ ALL_KNOBS = frozenset({"cpus", "cpuset", "memory", "seccomp", "threads"})
 #: knobs every platform takes: resolved to cpus/cpuset at plan time (plan/placement.py), or
 #: host state the runner sets around the cell (runner/hostknobs.py)
 #: knobs every platform takes: applied by isobench itself (placement, host state) or inside the worker
-PLACEMENT_AND_HOST_KNOBS = frozenset({"slowdown", "placement", "chr", "reserve_idle_cores", "numa_node", "governor",
-                                      "max_freq", "power_mode", "jetson_clocks"})
+PLACEMENT_AND_HOST_KNOBS = frozenset({"slowdown", "slowdown_phases", "placement", "chr", "reserve_idle_cores",
+                                      "numa_node", "governor", "max_freq", "power_mode", "jetson_clocks"})
 
 
 @dataclass

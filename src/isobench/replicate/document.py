@@ -9,6 +9,7 @@ from pathlib import Path
 from isobench.analysis.finding_spec import load_findings
 from isobench.fingerprint import host_fingerprint
 from isobench.replicate.hostload import loadavg, steal_since
+from isobench.replicate.power import markdown_power
 from isobench.replicate.run import PaperRun
 from isobench.report.findings_table import markdown_details, markdown_table
 from isobench.report.plaintext import md
@@ -49,6 +50,16 @@ def write_markdown(runs: list[PaperRun], path: Path, commands: list[str], starte
     skipped = [f"{md(study)} ({md(why)})" for r in runs for study, why in r.skipped.items()]
     if skipped:
         lines += ["", "Studies not run on this host: " + "; ".join(skipped) + "."]
+    powered = [r for r in runs if r.power]
+    if powered:
+        lines += ["", "## Power: injected effects of the paper's size", "",
+                  "With `--power`, each check whose effect can be injected ran again on the baseline platform "
+                  "twice, one arm carrying an injected effect of the paper's size (the `slowdown` knob, inside "
+                  "the check's phases) and nothing else different. \"seen\": the check's own analysis reads "
+                  "\"holds\" on that store; \"missed\": it does not, so a \"does not hold\" of that check "
+                  "reads \"not testable by this design\" above.", ""]
+        for run in powered:
+            lines += [f"### {md(run.title)}", "", *markdown_power(run.power), ""]
     lines += ["", "## Finding by finding", ""]
     for run in runs:
         findings = {f.id: f for f in load_findings(run.paper).findings}

@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
 from isobench.analysis.finding_rules import record_rules
@@ -24,6 +22,8 @@ from isobench.analysis.findings import FindingResult, evaluate
 from isobench.errors import UserError
 from isobench.replicate.capabilities import missing_capabilities
 from isobench.replicate.hostload import fmt_loadavg
+from isobench.replicate.power import PowerResult, apply_power, run_power
+from isobench.replicate.study_text import study_text
 from isobench.report.plaintext import markup
 from isobench.store import Store
 
@@ -44,6 +44,8 @@ class PaperRun:
     #: the 1/5/15-minute load average when its cells started, and the steal share while they ran
     load_at_start: str = ""
     steal: float | None = None
+    #: with --power: each check's injected effect and whether its design saw it (replicate/power.py)
+    power: list[PowerResult] = field(default_factory=list)
 
 
 def papers_of(choice: str) -> list[str]:
@@ -53,23 +55,6 @@ def papers_of(choice: str) -> list[str]:
         raise UserError(f"unknown paper {choice!r}", field="isobench replicate PAPER",
                         fix=f"use one of {', '.join(PAPERS)} or all")
     return [choice]
-
-
-def study_text(paper: PaperFindings, study: str, quick: bool, max_minutes: float | None) -> str:
-    """The built-in study with the paper's ``overrides:`` fields in place of the study's, at toy
-    size with ``quick`` (its ``quick:`` fields replace them again), its adaptive budget capped at
-    ``max_minutes`` when given."""
-    data: dict[str, Any] = yaml.safe_load(resources.files("isobench.studies").joinpath(f"{study}.yaml").read_text())
-    data.update(paper.overrides.get(study, {}))
-    if quick:
-        data.update(paper.quick.get(study, {}))
-        if data.get("repetitions") != "auto":
-            data.pop("adaptive", None)
-    if max_minutes is not None and data.get("repetitions") == "auto":
-        adaptive = dict(data.get("adaptive") or {})
-        adaptive["max_time_s"] = min(float(adaptive.get("max_time_s", max_minutes * 60)), max_minutes * 60)
-        data["adaptive"] = adaptive
-    return yaml.safe_dump(data, sort_keys=False)
 
 
 def _needed(paper: PaperFindings) -> set[str]:
@@ -84,7 +69,7 @@ def unrunnable(paper: PaperFindings, missing: dict[str, str]) -> dict[str, str]:
 
 
 def replicate_paper(name: str, out: Path, resume: bool, quick: bool, max_minutes: float | None,
-                    console: Console) -> PaperRun:
+                    console: Console, power: bool = False, power_only: set[str] | None = None) -> PaperRun:
     from isobench.runner.study import run_study
 
     paper = load_findings(name)
@@ -119,9 +104,13 @@ def replicate_paper(name: str, out: Path, resume: bool, quick: bool, max_minutes
         (directories[study] / "capabilities.json").write_text(json.dumps(missing, indent=1) + "\n")
     results = evaluate(paper, directories, missing, skipped)
     load, steal = host_load(list(directories.values()))
+    checked: list[PowerResult] = []
+    if power:  # the power runs after the real ones, so that they never load the host beside them
+        checked = run_power(paper, out, resume, quick, max_minutes, missing, console, power_only)
+        apply_power(paper, results, checked)
     # a resume that ran no cell only re-tested the findings: its seconds are not the paper's time
     return PaperRun(name, paper.title, results, time.monotonic() - started if ran_cells else 0.0,
-                    {k: str(v) for k, v in directories.items()}, missing, skipped, load, steal)
+                    {k: str(v) for k, v in directories.items()}, missing, skipped, load, steal, checked)
 
 
 def _finished(directory: Path) -> int:
@@ -168,7 +157,8 @@ def previous_records(out: Path) -> dict[str, Any]:
 
 
 def replicate(choice: str, out: Path, resume: bool, quick: bool, max_minutes: float | None,
-              console: Console, command: str = "isobench replicate") -> list[PaperRun]:
+              console: Console, command: str = "isobench replicate", power: bool = False,
+              power_only: set[str] | None = None) -> list[PaperRun]:
     """Each paper of ``choice`` in turn. With ``resume``, a paper's time adds up over the
     invocations (the first ran the cells; a later one may only re-test the findings)."""
     earlier = previous_records(out) if resume else {}
@@ -176,7 +166,7 @@ def replicate(choice: str, out: Path, resume: bool, quick: bool, max_minutes: fl
     commands = appended_command(earlier.get("commands", []), command)
     runs = []
     for name in papers_of(choice):
-        run = replicate_paper(name, out, resume, quick, max_minutes, console)
+        run = replicate_paper(name, out, resume, quick, max_minutes, console, power, power_only)
         run.seconds += float(before.get(name, {}).get("seconds", 0.0))
         runs.append(run)
         write_records(runs, out, commands)  # a later paper's failure keeps the earlier ones' verdicts
@@ -189,7 +179,7 @@ def write_records(runs: list[PaperRun], out: Path, commands: list[str] | None = 
     payload = {"version": REPLICATION_VERSION, "commands": commands or [], "papers": [
         {"paper": run.paper, "title": run.title, "seconds": round(run.seconds, 1), "studies": run.directories,
          "missing": run.missing, "skipped": run.skipped, "load_at_start": run.load_at_start,
-         "steal": run.steal} for run in runs],
+         "steal": run.steal, "power": [p.as_record() for p in run.power]} for run in runs],
         "findings": records}
     out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -80,6 +80,9 @@ class Knobs(BaseModel):
     #: an injected effect, to check on any host that a cost of this size is seen (workloads/timing.py)
     slowdown: float | None = Field(None, ge=0, le=10, description="add this fraction of each timed item's CPU "
                                    "time as extra CPU work on its thread (0.03: 3% slower); any platform")
+    slowdown_phases: str | None = Field(None, description="with slowdown: put it inside these phases "
+                                        "(comma-separated, e.g. 'optimizer'), each this fraction longer, "
+                                        "instead of at the item's end; the host clock only")
     data_mount: Literal["bind", "copy", "volume"] | None = Field(
         None, description="docker: data set bind-mounted, copied into the writable layer, or a named volume")
 

@@ -27,8 +27,9 @@ CPU_SYNC_NOOP = "cpu-sync-noop"
 #: phase that holds the injected extra work (the ``slowdown`` knob)
 INJECTED = "injected"
 #: fraction: the knob; owed: wall seconds the injections so far fell short of their targets
-#: (negative: they overshot)
-_slowdown = {"fraction": 0.0, "owed": 0.0}
+#: (negative: they overshot); phases: the ``slowdown_phases`` knob's phase names (empty: the
+#: injection is an item-end phase of its own)
+_slowdown: dict[str, Any] = {"fraction": 0.0, "owed": 0.0, "phases": frozenset()}
 #: spin iterations between two reads of the wall clock (a few microseconds here)
 _SPIN_CHUNK = 50
 
@@ -40,7 +41,7 @@ def _spin(iterations: int) -> float:
     return value
 
 
-def inject_slowdown(fraction: float) -> None:
+def inject_slowdown(fraction: float, phases: str | None = None) -> None:
     """From now on every item timed by a clock from :func:`phase_clock` (and every item of a script)
     lasts ``fraction`` longer: it ends by spinning on its thread for ``fraction`` of its own wall
     time, in its own ``injected`` phase, so a known effect can be checked for on any host. What
@@ -49,8 +50,16 @@ def inject_slowdown(fraction: float) -> None:
     the core. An injection sized in CPU time did not: beside busy loops a short spin stretched
     by a different factor than the long item it copied (2-3 ms of CPU took 3.4x its CPU time in
     wall time where the item took 3.0x), and a 20% injection read 1.30-1.33 against items
-    without it."""
-    _slowdown.update(fraction=fraction, owed=0.0)
+    without it.
+
+    With ``phases`` (the ``slowdown_phases`` knob: phase names, comma-separated) the spin goes
+    inside each named phase instead, for ``fraction`` of that phase's own wall time, and there is
+    no ``injected`` phase: a check of those phases (or of their sum) then reads 1 + fraction, as a
+    platform that made exactly those phases slower would (``isobench replicate --power`` injects
+    "the optimizer step slower" this way). The host clock only: the CUDA-event clock refuses it, and
+    a script's steps (api.py) keep the item-end injection."""
+    names = frozenset(p.strip() for p in (phases or "").split(",") if p.strip())
+    _slowdown.update(fraction=fraction, owed=0.0, phases=names)
 
 
 def active_slowdown() -> float:
@@ -120,18 +129,28 @@ class PhaseClock:
 
 class InjectingPhaseClock(PhaseClock):
     """A PhaseClock whose ``stop()`` first spins for the slowdown's fraction of the item's wall
-    time (from ``start()`` to the last lap), as the ``injected`` phase. A class of its own,
-    picked by :func:`phase_clock`, so a clock without the knob carries no branch for it."""
+    time (from ``start()`` to the last lap), as the ``injected`` phase; with ``slowdown_phases``,
+    each named phase's ``lap()`` spins for the fraction of that phase instead, inside it. A class
+    of its own, picked by :func:`phase_clock`, so a clock without the knob carries no branch for it."""
 
-    __slots__ = ("_fraction",)
+    __slots__ = ("_fraction", "_phases")
 
     def __init__(self, mode: str = CLOCK) -> None:
         super().__init__(mode)
         self._fraction = _slowdown["fraction"]
+        self._phases: frozenset[str] = _slowdown["phases"]
+
+    def lap(self, name: str) -> None:
+        if name not in self._phases:
+            super().lap(name)
+            return
+        now = self._clock()
+        began = self._marks[-1][1] if self._marks else self._start
+        self._marks.append((name, spend_wall(self._fraction * (now - began), now)))
 
     def stop(self) -> tuple[dict[str, float], float]:
         marks = self._marks
-        if marks:  # the injected phase is exactly the span the spin accounted for
+        if marks and not self._phases:  # the injected phase is exactly the span the spin accounted for
             last = marks[-1][1]
             marks.append((INJECTED, spend_wall(self._fraction * (last - self._start), last)))
         return super().stop()
@@ -149,6 +168,9 @@ class CudaEventClock(PhaseClock):
         self._torch = torch
         self._events: list[Any] = []
         self._fraction = _slowdown["fraction"]
+        if self._fraction and _slowdown["phases"]:
+            raise RuntimeError("slowdown_phases needs the host clock: the CUDA-event clock (sync_timing on "
+                               "a GPU) injects a slowdown only at the item's end")
 
     def start(self) -> None:
         self._marks.clear()

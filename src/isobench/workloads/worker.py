@@ -98,8 +98,9 @@ def main(argv: list[str]) -> int:
         if slowdown:
             from isobench.workloads.timing import inject_slowdown
 
-            inject_slowdown(float(slowdown))
-            ctx.note(slowdown=slowdown)
+            phases = cell.get("knobs", {}).get("slowdown_phases")
+            inject_slowdown(float(slowdown), phases)
+            ctx.note(slowdown=slowdown, **({"slowdown_phases": phases} if phases else {}))
         workload_cls().run(params, ctx)
         extra = {}
         if "torch" in workload_cls.imports:
