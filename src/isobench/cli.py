@@ -1,6 +1,7 @@
 """The command line: isobench run | plan | summary | export | schema | report | compare | doctor |
 replicate | platforms | workloads | probes | baseload | nvmsim. Commands that live elsewhere and
-are registered here: doctor (runner/doctor.py), the listings (listings.py), nvmsim (nvmsim/cli.py).
+are registered here: doctor (runner/doctor.py), the listings (listings.py), nvmsim (nvmsim/cli.py),
+replicate (replicate/commands.py).
 Tables and records go to stdout, progress and notes to stderr (console.py); bad input is one
 line with its fix and exit 2, a tripped `compare --fail-if` exit 1."""
 
@@ -26,6 +27,7 @@ from isobench.console import (
 from isobench.errors import UserError
 from isobench.listings import platforms, probes, workloads
 from isobench.nvmsim.cli import nvmsim
+from isobench.replicate.commands import replicate
 from isobench.report.plaintext import markup
 from isobench.runner.doctor import doctor
 
@@ -393,27 +395,7 @@ def compare_cmd(directory_a: Path, directory_b: Path,
 app.command()(doctor)  # runner/doctor.py
 
 
-@app.command()
-def replicate(paper: Annotated[str, typer.Argument(help="park-bahn-2023, prashanthi-2023, samani-salehi, "
-                                                        "siddaramanna-john, or all")] = "all",
-              out: Annotated[Path, typer.Option(help="directory for the studies' results")] = Path("replication"),
-              resume: Annotated[bool, typer.Option("--resume", help="finish the studies already started")] = False,
-              quick: Annotated[bool, typer.Option("--quick", help="toy sizes (about 2 min per paper): the "
-                                                                  "whole pipeline, verdicts where it can")] = False,
-              max_minutes: Annotated[Optional[float], typer.Option(  # noqa: UP045
-                  help="cap each adaptive study's time budget (minutes)")] = None,
-              markdown: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-                  help="also write the verdicts, host and timings as Markdown (docs/replication.md)")] = None,
-              power: Annotated[bool, typer.Option("--power", help="also run each injectable check with an "
-                                                  "effect of the paper's size injected on the baseline, and say "
-                                                  "whether its design sees it")] = False,
-              power_findings: Annotated[Optional[str], typer.Option(  # noqa: UP045
-                  help="with --power: only these findings' checks, e.g. F1,F2 (implies --power)")] = None,
-              as_json: JsonOpt = False) -> None:
-    """Re-test each paper's headline findings on this host and print one verdict table."""
-    from isobench.replicate.commands import replicate_command
-
-    replicate_command(paper, out, resume, quick, max_minutes, markdown, as_json, sys.argv, power, power_findings)
+app.command()(replicate)  # replicate/commands.py
 
 
 @app.command()
