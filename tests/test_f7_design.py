@@ -18,6 +18,7 @@ from isobench.analysis.findings import _group
 from isobench.plan import expand
 from isobench.replicate.study_text import study_text
 from isobench.studyfile import load_study_text
+from tests.planned import planned_groups
 
 PAPER = "samani-salehi"
 
@@ -31,13 +32,7 @@ def _groups(text: str, host: list[int], monkeypatch: pytest.MonkeyPatch) -> tupl
     cores, and its baseline."""
     monkeypatch.setattr("isobench.plan.placement.host_cpus", lambda: list(host))
     study = load_study_text(text, PAPER, check_host=False)
-    seen: dict[str, Any] = {}
-    for cell in expand(study, repetitions=1):
-        if not cell.warmup:
-            key = f"{cell.workload_key}|{cell.platform_key}|{sorted(cell.knobs.items())}"
-            seen[key] = SimpleNamespace(workload=cell.workload_key, platform_key=cell.platform_key,
-                                        knobs=dict(cell.knobs))
-    return list(seen.values()), str(study.baseline)
+    return planned_groups(study), str(study.baseline)
 
 
 def _full_text() -> str:

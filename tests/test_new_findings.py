@@ -10,7 +10,6 @@ import datetime
 import functools
 from importlib import resources
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from isobench.runner.execute import CellOutcome
 from isobench.store import Store
 from isobench.studyfile import load_study_text
 from isobench.workloads import WORKLOADS
+from tests.planned import planned_groups
 
 NEW = {"prashanthi-2023": ["F11", "F12"], "samani-salehi": ["F13"], "siddaramanna-john": ["F14", "F15"]}
 WRITTEN = datetime.date(2026, 11, 27)
@@ -64,17 +64,11 @@ def _planned(paper: PaperFindings, study: str, quick: bool,
     text = study_text(paper, study, True, None) if quick else \
         resources.files("isobench.studies").joinpath(f"{study}.yaml").read_text()
     parsed = load_study_text(text, study, check_host=False)
-    seen: dict[str, Any] = {}
-    for cell in expand(parsed, repetitions=1):
-        if not cell.warmup:
-            key = f"{cell.workload_key}|{cell.platform_key}|{sorted(cell.knobs.items())}"
-            seen[key] = SimpleNamespace(workload=cell.workload_key, platform_key=cell.platform_key,
-                                        knobs=dict(cell.knobs))
     phases = {}
     for entry in parsed.workloads:
         cls = WORKLOADS.get(entry.name)
         phases[entry.key] = {f"phase.{p}" for p in cls.item_phases(cls.Params(**entry.params))}
-    return list(seen.values()), str(parsed.baseline), phases
+    return planned_groups(parsed), str(parsed.baseline), phases
 
 
 @pytest.mark.parametrize("paper", sorted(NEW))
