@@ -179,6 +179,40 @@ print("entries:", [p.get("label") or p["name"] for p in platforms], "on", runtim
     fi
 fi
 
+# -- F3 on the GPU: the host memory a container adds to CUDA training (issue 24) ---------------------
+# Prashanthi 5.1.7 read the system's used memory (`free`) on a Jetson, where the GPU shares it. Here
+# the meminfo probe reads the host's used memory over each LeNet training cell on CUDA, less the
+# level before its launch, on bare metal (twice: the A/A) and in a runc container with the GPU
+# passed in; one cell at a time, as the figure is the whole host's.
+F3_LIMIT=${F3_LIMIT:-0}
+if [ "$F3_LIMIT" -gt 0 ] && [ -n "$OK_RUNTIMES" ] && [ -e /dev/nvidiactl ]; then
+    step f3-file 30 "$PY" -c '
+import sys, yaml
+runtime = sys.argv[1].split()[0]
+platforms = [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"},
+             {"name": "oci", "label": f"{runtime}-gpu", "runtime": runtime, "options": {"gpus": "all"}}]
+study = {"name": "f3-gpu-memory", "description": "Prashanthi F3 on CUDA: host memory used, bare metal vs a GPU container",
+         "workloads": [{"name": "lenet-train", "params": {"steps": 40, "batch_size": 16, "device": "cuda"}}],
+         "platforms": platforms, "baseline": "baremetal", "cell_cores": "disjoint", "schedule": "sequential",
+         "probes": {"meminfo": {}}, "min_seconds": 2, "warmup_items": 10, "warmup": 0, "repetitions": 5,
+         "reruns": 0, "seed": 2023, "timeout_s": 120}
+open("/tmp/f3-gpu-memory.yaml", "w").write(yaml.safe_dump(study, sort_keys=False))
+print("entries:", [p.get("label") or p["name"] for p in platforms])' "$OK_RUNTIMES"
+    rm -rf /tmp/f3
+    step f3-run $((F3_LIMIT + 30)) timeout -s TERM -k 20 "$F3_LIMIT" "$ISOB" run /tmp/f3-gpu-memory.yaml --out /tmp/f3
+    if [ -d /tmp/f3 ]; then
+        step f3-summary 60 bash -o pipefail -c "'$ISOB' summary /tmp/f3 | tee '$OUT/f3-summary.txt'"
+        step f3-summary-json 60 bash -c "'$ISOB' summary /tmp/f3 --json > '$OUT/f3-summary.json'"
+        step f3-metrics 60 "$PY" -c '
+import sqlite3
+con = sqlite3.connect("/tmp/f3/isobench.sqlite")
+rows = con.execute("SELECT c.platform_key, c.rep, m.metric, m.value FROM metrics m JOIN cells c USING (cell_id) "
+                   "WHERE m.metric LIKE \"probe.meminfo.%\" AND c.warmup = 0 ORDER BY c.platform_key, c.rep, m.metric")
+for platform, rep, metric, value in rows:
+    print(f"{platform:12s} r{rep} {metric:40s} {value / 2**20:9.1f} MiB")' | tee "$OUT/f3-metrics.txt"
+    fi
+fi
+
 # -- LLM generation on the GPU, bare metal against runc with the GPU passed in (issue 28) ---------
 LLM_LIMIT=${LLM_LIMIT:-110}
 if [ "$LLM_LIMIT" -gt 0 ] && [ -e /dev/nvidiactl ]; then
