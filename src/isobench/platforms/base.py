@@ -20,10 +20,11 @@ if TYPE_CHECKING:
     from isobench.target import ProbeTarget
 
 ALL_KNOBS = frozenset({"cpus", "cpuset", "memory", "seccomp", "threads"})
-#: knobs every platform takes: resolved to cpus/cpuset at plan time (plan/placement.py), or
-#: host state the runner sets around the cell (runner/hostknobs.py)
-#: knobs every platform takes: applied by isobench itself (placement, host state) or inside the worker
-PLACEMENT_AND_HOST_KNOBS = frozenset({"slowdown", "slowdown_phases", "placement", "chr", "reserve_idle_cores",
+#: knobs every platform takes, applied by isobench itself: resolved to cpus/cpuset at plan time
+#: (plan/placement.py), host state the runner sets around the cell (runner/hostknobs.py), or
+#: injected inside the worker (slowdown, extra_syscalls, extra_faults: workloads/timing.py)
+PLACEMENT_AND_HOST_KNOBS = frozenset({"slowdown", "slowdown_phases", "extra_syscalls", "extra_faults",
+                                      "placement", "chr", "reserve_idle_cores",
                                       "numa_node", "governor", "max_freq", "power_mode", "jetson_clocks"})
 
 
@@ -130,6 +131,12 @@ class Platform(ABC):
     def find_versions(self) -> dict[str, str]:
         """What ``versions`` reports, asked of the tools themselves (a platform overrides it)."""
         return {}
+
+    def runs_own_kernel(self) -> bool:
+        """The workload's system calls and page faults are served by a kernel of the platform's own
+        (gVisor's Sentry, a VM's guest): host-side counts of the cell's tasks are that kernel's work,
+        not the workload's (the "why" model then counts the workload on the baseline)."""
+        return False
 
     def prepare(self) -> None:
         """Idempotent host-side set-up (images, root filesystems); called before the first cell."""

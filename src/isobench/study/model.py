@@ -83,6 +83,13 @@ class Knobs(BaseModel):
     slowdown_phases: str | None = Field(None, description="with slowdown: put it inside these phases "
                                         "(comma-separated, e.g. 'optimizer'), each this fraction longer, "
                                         "instead of at the item's end; the host clock only")
+    #: injected causes of a known mechanism and count (workloads/mechanisms.py), at each item's end
+    extra_syscalls: int | None = Field(None, ge=0, le=10**8, strict=True,
+                                       description="add this many getppid() system calls to the end of each "
+                                       "timed item, in its `injected` phase; any platform")
+    extra_faults: int | None = Field(None, ge=0, le=10**7, strict=True,
+                                     description="add this many minor page faults (fresh pages touched once) to "
+                                     "the end of each timed item, in its `injected` phase; any platform")
     data_mount: Literal["bind", "copy", "volume"] | None = Field(
         None, description="docker: data set bind-mounted, copied into the writable layer, or a named volume")
 

@@ -52,6 +52,8 @@ class Workload(ABC):
     #: until every member is up, and the runner reads the host's memory per member and the
     #: members' start-up spread around it (runner/density.py)
     density: ClassVar[bool] = False
+    #: a unit-cost microbenchmark: what each item makes ``events_per_item`` of ("syscalls", "page_faults")
+    unit_cost_of: ClassVar[str | None] = None
 
     @classmethod
     def artifact_flow(cls, params: WorkloadParams) -> tuple[str | None, str | None]:

@@ -82,7 +82,7 @@ class Script(Workload):
 
     def run(self, params: ScriptParams, ctx: CellContext) -> None:  # type: ignore[override]
         from isobench import api
-        from isobench.workloads.timing import active_slowdown, spend_wall
+        from isobench.workloads.timing import item_end_injection
 
         script = Path(params.path)
         scratch = tempfile.mkdtemp(prefix="isobench-script-")
@@ -90,7 +90,8 @@ class Script(Workload):
         sys.argv = [str(script), *params.args]
         sys.path.insert(0, str(script.parent))  # as `python script.py` does
         os.chdir(script.parent if params.cwd == "script" else scratch)
-        recorder = api.activate(ctx, active_slowdown(), spend_wall)  # a `slowdown` knob: per step
+        # the `slowdown`, `extra_syscalls` and `extra_faults` knobs: at each step's end
+        recorder = api.activate(ctx, *item_end_injection())
         try:
             try:
                 runpy.run_path(str(script), run_name="__main__")

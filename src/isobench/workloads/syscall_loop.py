@@ -2,18 +2,18 @@
 
 ``os.getppid()`` is a real system call every time (the C library caches no parent pid), cheap
 in the kernel, so the item's time is almost all the trip in and out: what gVisor's ptrace
-platform is known to multiply (literature row L2 of the replication tables).
+platform is known to multiply (literature row L2 of the replication tables). The calls are
+workloads/mechanisms.py's, the same the ``extra_syscalls`` knob injects.
 """
 
 from __future__ import annotations
-
-import os
 
 from pydantic import Field
 
 from isobench.workloads import WORKLOADS
 from isobench.workloads.base import Workload, WorkloadParams
 from isobench.workloads.channel import CellContext
+from isobench.workloads.mechanisms import make_syscalls
 from isobench.workloads.timing import timed_items
 
 
@@ -30,17 +30,13 @@ class SyscallLoop(Workload):
     item = "batch of calls"
     phases = ("syscalls",)
     Params = SyscallLoopParams
+    unit_cost_of = "syscalls"
 
     @classmethod
     def estimate_s(cls, params: SyscallLoopParams) -> float:  # type: ignore[override]
         return max(params.iterations * params.calls * 5e-7, params.min_seconds)
 
     def run(self, params: SyscallLoopParams, ctx: CellContext) -> None:  # type: ignore[override]
-        getppid = os.getppid
-        calls = range(params.calls)
-
-        def batch() -> None:
-            for _ in calls:
-                getppid()
-
-        timed_items(ctx, "syscalls", batch, params.iterations, params.min_seconds)
+        calls = params.calls
+        ctx.metric("events_per_item", calls, "calls")
+        timed_items(ctx, "syscalls", lambda: make_syscalls(calls), params.iterations, params.min_seconds)

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from isobench.workloads.mechanisms import make_syscalls, page_writer, touch_fresh_pages
+
 #: no synchronisation added: host clock only
 CLOCK = "clock"
 #: sync_timing on a CUDA device: events at each boundary, synchronised per item
@@ -24,12 +26,15 @@ CUDA_EVENTS = "cuda-events"
 CPU_SYNC_NOOP = "cpu-sync-noop"
 
 
-#: phase that holds the injected extra work (the ``slowdown`` knob)
+#: phase that holds the injected extra work (the ``slowdown``, ``extra_syscalls`` and ``extra_faults`` knobs)
 INJECTED = "injected"
 #: fraction: the knob; owed: wall seconds the injections so far fell short of their targets
 #: (negative: they overshot); phases: the ``slowdown_phases`` knob's phase names (empty: the
 #: injection is an item-end phase of its own)
 _slowdown: dict[str, Any] = {"fraction": 0.0, "owed": 0.0, "phases": frozenset()}
+#: the ``extra_syscalls`` and ``extra_faults`` knobs: counted kernel events (workloads/mechanisms.py)
+#: each item ends with, in its ``injected`` phase before any slowdown spin (0: none)
+_mechanisms: dict[str, int] = {"syscalls": 0, "faults": 0}
 #: spin iterations between two reads of the wall clock (a few microseconds here)
 _SPIN_CHUNK = 50
 
@@ -60,6 +65,55 @@ def inject_slowdown(fraction: float, phases: str | None = None) -> None:
     a script's steps (api.py) keep the item-end injection."""
     names = frozenset(p.strip() for p in (phases or "").split(",") if p.strip())
     _slowdown.update(fraction=fraction, owed=0.0, phases=names)
+
+
+def inject_mechanisms(syscalls: int, faults: int) -> None:
+    """From now on every item timed by a clock from :func:`phase_clock` (and every item of a script)
+    ends with ``syscalls`` extra ``getppid()`` system calls and ``faults`` extra minor page faults
+    (fresh pages mapped, touched once each, unmapped: workloads/mechanisms.py, exactly as the
+    ``syscall-loop`` and ``fault-loop`` workloads make them), in its ``injected`` phase: a cause of
+    a known mechanism and a known count, for checking that an explanation names it. They go first in
+    that phase; a ``slowdown`` spin, if one is in force too, follows them and is sized on the item's
+    own time, without them. On the CUDA-event clock the host makes them while the device idles."""
+    for name, count in (("extra_syscalls", syscalls), ("extra_faults", faults)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"{name}: {count!r} is not a non-negative whole number; fix: give a count, e.g. 1000")
+    if faults:
+        page_writer()  # its import (numpy) now, not inside the first item
+    _mechanisms.update(syscalls=syscalls, faults=faults)
+
+
+def active_mechanisms() -> tuple[int, int]:
+    """The (extra_syscalls, extra_faults) in force in this process ((0, 0): none)."""
+    return _mechanisms["syscalls"], _mechanisms["faults"]
+
+
+def make_mechanisms(syscalls: int, faults: int) -> None:
+    """The injected events of one item: the system calls first, then the page faults."""
+    if syscalls:
+        make_syscalls(syscalls)
+    if faults:
+        touch_fresh_pages(faults)
+
+
+def item_end_injection() -> tuple[float, Callable[[float, float], float]]:
+    """What a script's steps inject at their end (isobench.api's ``activate(ctx, slowdown,
+    spend_wall)``): that API calls ``spend_wall(slowdown × the item's wall time, began)`` when
+    ``slowdown`` is non-zero and records what it returns minus ``began`` as the ``injected``
+    phase. With ``extra_syscalls`` or ``extra_faults`` in force the pair returned makes those
+    first, then spins for the slowdown (if any) from where they ended; without them it is the
+    plain (fraction, :func:`spend_wall`) as before."""
+    fraction = _slowdown["fraction"]
+    syscalls, faults = _mechanisms["syscalls"], _mechanisms["faults"]
+    if not (syscalls or faults):
+        return fraction, spend_wall
+
+    def inject(seconds: float, began: float) -> float:
+        make_mechanisms(syscalls, faults)
+        return spend_wall(seconds, time.perf_counter()) if fraction else time.perf_counter()
+
+    # the API injects only with a non-zero factor: without a slowdown, 1.0 (the spin ignores it)
+    return (fraction or 1.0), inject
 
 
 def active_slowdown() -> float:
@@ -130,15 +184,18 @@ class PhaseClock:
 class InjectingPhaseClock(PhaseClock):
     """A PhaseClock whose ``stop()`` first spins for the slowdown's fraction of the item's wall
     time (from ``start()`` to the last lap), as the ``injected`` phase; with ``slowdown_phases``,
-    each named phase's ``lap()`` spins for the fraction of that phase instead, inside it. A class
-    of its own, picked by :func:`phase_clock`, so a clock without the knob carries no branch for it."""
+    each named phase's ``lap()`` spins for the fraction of that phase instead, inside it. With
+    ``extra_syscalls`` or ``extra_faults``, ``stop()`` makes those events first, in the same
+    ``injected`` phase, and the item-end spin (if any) follows them. A class of its own, picked
+    by :func:`phase_clock`, so a clock without the knobs carries no branch for them."""
 
-    __slots__ = ("_fraction", "_phases")
+    __slots__ = ("_faults", "_fraction", "_phases", "_syscalls")
 
     def __init__(self, mode: str = CLOCK) -> None:
         super().__init__(mode)
         self._fraction = _slowdown["fraction"]
-        self._phases: frozenset[str] = _slowdown["phases"]
+        self._phases: frozenset[str] = _slowdown["phases"] if self._fraction else frozenset()
+        self._syscalls, self._faults = _mechanisms["syscalls"], _mechanisms["faults"]
 
     def lap(self, name: str) -> None:
         if name not in self._phases:
@@ -150,16 +207,22 @@ class InjectingPhaseClock(PhaseClock):
 
     def stop(self) -> tuple[dict[str, float], float]:
         marks = self._marks
-        if marks and not self._phases:  # the injected phase is exactly the span the spin accounted for
-            last = marks[-1][1]
-            marks.append((INJECTED, spend_wall(self._fraction * (last - self._start), last)))
+        spin = self._fraction and not self._phases
+        if marks and (spin or self._syscalls or self._faults):
+            # the injected phase is exactly the span the events and the spin accounted for
+            last = began = marks[-1][1]
+            if self._syscalls or self._faults:
+                make_mechanisms(self._syscalls, self._faults)
+                began = self._clock()
+            ended = spend_wall(self._fraction * (last - self._start), began) if spin else began
+            marks.append((INJECTED, ended))
         return super().stop()
 
 
 class CudaEventClock(PhaseClock):
     """The same marks as CUDA events: device time between boundaries, synchronised per item."""
 
-    __slots__ = ("_events", "_fraction", "_torch")
+    __slots__ = ("_events", "_fraction", "_mechanisms", "_torch")
 
     def __init__(self) -> None:
         import torch
@@ -168,6 +231,7 @@ class CudaEventClock(PhaseClock):
         self._torch = torch
         self._events: list[Any] = []
         self._fraction = _slowdown["fraction"]
+        self._mechanisms = (_mechanisms["syscalls"], _mechanisms["faults"])
         if self._fraction and _slowdown["phases"]:
             raise RuntimeError("slowdown_phases needs the host clock: the CUDA-event clock (sync_timing on "
                                "a GPU) injects a slowdown only at the item's end")
@@ -183,12 +247,16 @@ class CudaEventClock(PhaseClock):
     def stop(self) -> tuple[dict[str, float], float]:
         events = self._events
         events[-1].synchronize()
-        if self._fraction and self._marks:
+        if (self._fraction or any(self._mechanisms)) and self._marks:
             # What this clock measures is device time, an elapsed time: the injection waits on the
             # host for the fraction of it while the device idles, then marks its end with an event.
             # (A CPU-time injection would not show in device time; a device spin kernel would need
-            # a cycles-per-second calibration that a busy or throttled GPU breaks.)
-            wait_wall(self._fraction * events[0].elapsed_time(events[-1]) / 1000.0)
+            # a cycles-per-second calibration that a busy or throttled GPU breaks.) Injected
+            # events (system calls, page faults) are made on the host first, the device idle too.
+            if any(self._mechanisms):
+                make_mechanisms(*self._mechanisms)
+            if self._fraction:
+                wait_wall(self._fraction * events[0].elapsed_time(events[-1]) / 1000.0)
             self.lap(INJECTED)
             events[-1].synchronize()
         phases = {name: events[i].elapsed_time(events[i + 1]) / 1000.0 for i, (name, _) in enumerate(self._marks)}
@@ -201,10 +269,12 @@ class CudaEventClock(PhaseClock):
 
 
 def phase_clock(mode: str) -> PhaseClock:
-    """The item clock for ``mode``; with a ``slowdown`` in force, one that injects it."""
+    """The item clock for ``mode``; with a ``slowdown``, ``extra_syscalls`` or ``extra_faults`` in
+    force, one that injects them."""
     if mode == CUDA_EVENTS:
         return CudaEventClock()
-    return InjectingPhaseClock(mode) if _slowdown["fraction"] else PhaseClock(mode)
+    injecting = _slowdown["fraction"] or _mechanisms["syscalls"] or _mechanisms["faults"]
+    return InjectingPhaseClock(mode) if injecting else PhaseClock(mode)
 
 
 def resolve_device(requested: str) -> Any:
@@ -221,7 +291,8 @@ def resolve_device(requested: str) -> Any:
 def timed_items(ctx: Any, phase: str, work: Callable[[], object], iterations: int, min_seconds: float) -> None:
     """The timed loop of a one-phase microbenchmark: ``work()`` is one item, run ``iterations``
     times or until ``min_seconds`` have passed, whichever is longer, each item timed by
-    :func:`phase_clock` (so a ``slowdown`` knob is injected here too)."""
+    :func:`phase_clock` (so the ``slowdown``, ``extra_syscalls`` and ``extra_faults`` knobs are
+    injected here too)."""
     clock = phase_clock(CLOCK)
     ctx.start_run()
     done = 0

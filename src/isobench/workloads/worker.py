@@ -101,6 +101,13 @@ def main(argv: list[str]) -> int:
             phases = cell.get("knobs", {}).get("slowdown_phases")
             inject_slowdown(float(slowdown), phases)
             ctx.note(slowdown=slowdown, **({"slowdown_phases": phases} if phases else {}))
+        extra_syscalls = int(cell.get("knobs", {}).get("extra_syscalls") or 0)
+        extra_faults = int(cell.get("knobs", {}).get("extra_faults") or 0)
+        if extra_syscalls or extra_faults:
+            from isobench.workloads.timing import inject_mechanisms
+
+            inject_mechanisms(extra_syscalls, extra_faults)  # counted events at each item's end
+            ctx.note(extra_syscalls=extra_syscalls, extra_faults=extra_faults)
         workload_cls().run(params, ctx)
         extra = {}
         if "torch" in workload_cls.imports:
