@@ -236,6 +236,8 @@ def run_cell(cell: Cell, platform: Platform | None = None,
                     on_ready(launched, dict(window.cgroups or {}))
                 return
             window.mark(kind)
+            if kind == "run_start":  # the measured window opens (after any warm-up items)
+                probes.mark("run_start")
             if kind == "done":  # probes read the cell's counters when its last phase ends, while its cgroup exists
                 probes.mark("done")
                 settled.set()
@@ -311,6 +313,8 @@ def run_cell(cell: Cell, platform: Platform | None = None,
         outcome.probes.metrics.extend(interference_metrics(outcome.interference))
     if cell.cores is not None:
         outcome.platform_info["cores"] = cell.cores
+    if platform.runs_own_kernel():  # host-side counts of its tasks are that kernel's, not the workload's
+        outcome.platform_info["own_kernel"] = True
     for record in reader.records:
         kind = record.get("type")
         if kind == "hello":
