@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from isobench.analysis.summary import analyse
-from isobench.explain import follow_up_study, interventions_of
+from isobench.explain import explain_directory, follow_up_study, interventions_of
 from isobench.store import Store
 from isobench.studyfile import load_study_text
 from tests import report_store
@@ -56,8 +56,23 @@ def test_an_entry_whose_platform_takes_no_data_mount_is_named_and_not_planned(
     assert tests == [] and skipped == ["lenet-train on slowdisk: its platform has no data_mount"]
 
 
-def test_nothing_to_explain_runs_nothing(tmp_path: Path) -> None:
-    known = report_store.build(tmp_path / "known")  # docker's extra time is in the optimizer: no data path
+def test_an_overhead_without_unit_costs_gets_the_microbenchmarks_and_the_probe_that_price_it(
+        tmp_path: Path) -> None:
+    known = report_store.build(tmp_path / "known")  # docker and vm are slower; no counts, no unit costs
+    planned, skipped = explain_directory(known, None)
+    assert planned is not None and not skipped
+    text, name, target = planned
+    follow_up = yaml.safe_load(text)
+    assert target == known / "explain" and name == "known-explain"
+    assert [w["name"] for w in follow_up["workloads"]] == ["lenet-train", "fault-loop", "syscall-loop"]
+    assert [p.get("label", p["name"]) for p in follow_up["platforms"]] == ["baremetal", "aa", "docker"]  # vm: emulated
+    assert "syscalls" in follow_up["probes"] and "proc" in follow_up["probes"]  # the default set is kept
+
+
+def test_nothing_to_explain_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("docker", "docker-pinned", "vm"):
+        monkeypatch.setitem(report_store.EFFECT, key, {})  # no entry is slower: no overhead to explain
+    known = report_store.build(tmp_path / "known")
     done = run_cli("explain", str(known))
     assert done.returncode == 0 and "nothing to explain" in done.stdout, done.stderr
     assert not (known / "explain").exists()
@@ -81,7 +96,12 @@ def test_explain_runs_the_intervention_on_real_platforms(tmp_path: Path, monkeyp
         rows = db.execute("SELECT platform_key, knobs, status, inside FROM cells WHERE warmup = 0").fetchall()
     keys = sorted({r[0] for r in rows})
     assert keys == ["aa", "baremetal", "docker", "docker-data-mount-copy"] and all(r[2] == "ok" for r in rows), rows
-    mounts = {r[0]: json.loads(r[3])["data_mount"] for r in rows}
+    with sqlite3.connect(known / "explain" / "isobench.sqlite") as db:
+        workloads = {r[0] for r in db.execute("SELECT workload FROM cells WHERE warmup = 0")}
+        on_data = db.execute("SELECT platform_key, inside FROM cells WHERE warmup = 0 AND workload = 'lenet-train'")
+        mounts = {r[0]: json.loads(r[1])["data_mount"] for r in on_data}
+    # the explained overhead had no unit costs: the microbenchmarks that price them ran beside it
+    assert workloads == {"lenet-train", "syscall-loop", "fault-loop"}
     copied = [json.loads(r[1]) for r in rows if r[0] == "docker-data-mount-copy"]
     assert all(k.get("data_mount") == "copy" for k in copied)
     # the copied-in entry read its data from inside the container, the other through the bind mount

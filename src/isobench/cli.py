@@ -404,7 +404,8 @@ def explain(directory: Path,
                 "--out", help="where to write the follow-up study (default: DIRECTORY/explain)")] = None,
             budget: BudgetOpt = None) -> None:
     """Test the study's suspected causes: run the interventions its hints name (e.g. the same entry
-    with its data copied in) beside the entries they explain, then say which hints they confirm or refute."""
+    with its data copied in) and the microbenchmarks that price each resolved overhead's mechanisms
+    beside the entries they explain, then say which hints they confirm or refute."""
     from isobench.explain import explain_directory
     from isobench.runner.study import run_study
     from isobench.studyfile import with_budget_text
@@ -413,8 +414,8 @@ def explain(directory: Path,
     for line in skipped:
         console.print(markup("cannot test: {}", line), highlight=False)
     if planned is None:
-        console.print("no suspected hint in this study names an intervention to run: nothing to explain "
-                      "(hints with an intervention say `isobench explain`)", markup=False, highlight=False)
+        console.print("no suspected hint in this study names an intervention to run, and every resolved "
+                      "overhead is priced already: nothing to explain", markup=False, highlight=False)
         return
     text, name, target = planned
     with outlive_reader():

@@ -1,11 +1,15 @@
 """`isobench explain DIR`: run the experiments that test a study's suspected causes.
 
-A root-cause hint with an intervention (today the data path: the same entry with its data set
-copied into the platform) stays "suspected" until that entry has run beside the one it explains.
-``explain`` writes one follow-up study with the baseline, the study's A/A entries, each entry
-under suspicion and that entry with the intervention, for the workloads concerned; it keeps the
-study's own design (the resolving one, as stored), runs it, and reads the hints again: each is
-then confirmed (the intervention removed the cost, with its numbers) or refuted.
+A root-cause hint with an intervention (the same entry with its data set copied in, without the
+seccomp filter, without an injected cause) stays "suspected" until that entry has run beside the
+one it explains. A resolved overhead that the "why" model (analysis/attribution.py) cannot price
+yet, because the study lacks a mechanism's microbenchmark or the probe that counts its events,
+needs evidence first. ``explain`` writes one follow-up study with the baseline, the study's A/A
+entries, each entry under suspicion, that entry with each intervention, the microbenchmarks
+(``syscall-loop``, ``fault-loop``) and counting probes the model lacked, for the workloads
+concerned; it keeps the study's own design (the resolving one, as stored), runs it, and reads the
+hints again: each is then confirmed (the intervention removed the cost, with its numbers) or
+refuted, and each overhead gets its "why" table.
 
 The follow-up is an ordinary study directory (``DIR/explain`` unless ``--out``): its report,
 summary and resume work as for any other.
@@ -13,11 +17,13 @@ summary and resume work as for any other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from isobench.analysis.attribution import MECHANISMS, Attribution
 from isobench.analysis.hints import Hint
 from isobench.errors import UserError
 from isobench.store import Store
@@ -33,13 +39,16 @@ def interventions_of(hints: list[Hint], study: Study) -> tuple[list[dict[str, An
 
     found: list[dict[str, Any]] = []
     skipped: list[str] = []
+    from isobench.platforms.base import PLACEMENT_AND_HOST_KNOBS
+
     plugins = {entry.key: entry.name for entry in study.platforms}
     for hint in hints:
         test = hint.test
         if hint.status != "suspected" or test is None or test in found:
             continue
         plugin = plugins.get(test["entry"])
-        missing = sorted(set(test["knobs"]) - set(PLATFORMS.get(plugin).knobs)) if plugin else ["the entry"]
+        taken = set(PLATFORMS.get(plugin).knobs) | PLACEMENT_AND_HOST_KNOBS if plugin else set()
+        missing = sorted(set(test["knobs"]) - taken) if plugin else ["the entry"]
         if missing:
             skipped.append(f"{test['workload']} on {test['entry']}: its platform has no {', '.join(missing)}")
             continue
@@ -47,18 +56,49 @@ def interventions_of(hints: list[Hint], study: Study) -> tuple[list[dict[str, An
     return found, skipped
 
 
+@dataclass
+class Evidence:
+    """What a follow-up adds so that the "why" model can price each resolved overhead: the
+    microbenchmarks (unit costs) and counting probes the study lacked, for the workloads and
+    entries whose overhead they explain."""
+
+    workloads: set[str] = field(default_factory=set)
+    entries: set[str] = field(default_factory=set)
+    unit_workloads: set[str] = field(default_factory=set)
+    probes: set[str] = field(default_factory=set)
+
+
+def evidence_needed(attributions: list[Attribution]) -> Evidence:
+    """The microbenchmarks and probes each resolved overhead's mechanisms still lack."""
+    needed = Evidence()
+    for a in attributions:
+        lacking = [row for row in a.rows if row.explained is None]
+        for row in lacking:
+            if row.n_baseline is None and row.mechanism.count_probe:
+                needed.probes.add(row.mechanism.count_probe)
+            if row.c_baseline is None or row.c_platform is None:
+                needed.unit_workloads.add(row.mechanism.unit_workload)
+        if lacking:
+            needed.workloads.add(a.comparison.workload)
+            needed.entries.add(a.comparison.label)
+    return needed
+
+
 def intervention_label(entry: str, knobs: dict[str, Any]) -> str:
     return "-".join([entry, *(f"{k.replace('_', '-')}-{v}" for k, v in sorted(knobs.items()))])[:64]
 
 
-def follow_up_study(text: str, study: Study, file: str, tests: list[dict[str, Any]]) -> tuple[str, str]:
+def follow_up_study(text: str, study: Study, file: str, tests: list[dict[str, Any]],
+                    evidence: Evidence | None = None) -> tuple[str, str]:
     """(the follow-up study's text, its name): the stored study (``text``, loaded as ``study``
-    from ``file``) with only the workloads and the platform entries the tests need, plus one
-    entry per intervention."""
+    from ``file``) with only the workloads and the platform entries the tests and the evidence
+    need, plus one entry per intervention, the microbenchmarks that price each mechanism and the
+    probes that count them."""
+    evidence = evidence or Evidence()
     raw = parse_study_yaml(text, file)
     baseline = study.baseline or study.platforms[0].key
-    wanted_workloads = {t["workload"] for t in tests}
-    wanted_entries = {t["entry"] for t in tests}
+    wanted_workloads = {t["workload"] for t in tests} | evidence.workloads
+    wanted_entries = {t["entry"] for t in tests} | evidence.entries
     platforms: list[dict[str, Any]] = []
     for entry, written in zip(study.platforms, raw["platforms"], strict=True):
         if entry.key == baseline or entry.key in wanted_entries or is_aa_entry(study, entry):
@@ -70,8 +110,16 @@ def follow_up_study(text: str, study: Study, file: str, tests: list[dict[str, An
         written["knobs"] = {**(written.get("knobs") or {}), **test["knobs"]}
         if written not in platforms:
             platforms.append(written)
+    units = {m.unit_workload for m in MECHANISMS}
     raw["workloads"] = [w for entry, w in zip(study.workloads, raw["workloads"], strict=True)
-                        if entry.key in wanted_workloads]
+                        if entry.key in wanted_workloads or (evidence.unit_workloads or tests) and entry.name in units]
+    present = {w.get("name") for w in raw["workloads"] if isinstance(w, dict)}
+    raw["workloads"] += [{"name": name} for name in sorted(evidence.unit_workloads - present)]
+    if evidence.probes:
+        from isobench.probes.session import default_probe_config
+
+        probes = dict(raw["probes"]) if isinstance(raw.get("probes"), dict) else default_probe_config()
+        raw["probes"] = {**probes, **{name: probes.get(name) or {} for name in sorted(evidence.probes)}}
     raw["platforms"] = platforms
     raw["name"] = f"{study.name}-explain"[:64]
     raw["description"] = f"isobench explain: the interventions that test the hints of {study.name}"
@@ -88,12 +136,16 @@ def explain_directory(directory: Path, out: Path | None) -> tuple[tuple[str, str
     store = Store.open(directory)
     text, file = store.meta("study_yaml") or "", f"{directory} (stored study)"
     study = load_study_text(text, file, check_host=False)
-    tests, skipped = interventions_of(analyse(store, with_views=False).hints, study)
-    if not tests:
+    analysis = analyse(store, with_views=False)
+    tests, skipped = interventions_of(analysis.hints, study)
+    from isobench.analysis.attribution import attribute
+
+    evidence = evidence_needed(attribute(store, analysis.shown, study.baseline or study.platforms[0].key))
+    if not tests and not evidence.workloads:
         return None, skipped
     target = out if out is not None else directory / "explain"
     if target.exists() and any(target.iterdir()):
         raise UserError("the follow-up study's directory already holds results", file=str(target),
                         fix="give another --out, or read it with `isobench summary`")
-    text, name = follow_up_study(text, study, file, tests)
+    text, name = follow_up_study(text, study, file, tests, evidence)
     return (text, name, target), skipped

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from isobench.analysis import evidence as ev
+from isobench.analysis.attribution import INJECTION_KNOBS, Mechanism
 from isobench.analysis.compare import Comparison, phase_attribution
 from isobench.analysis.views import Context
 from isobench.analysis.views.faults import fault_table_id, shared_library_share
+from isobench.analysis.views.why import why_table_id
 from isobench.analysis.views.writeback import writeback_series
 
 #: what stands behind a hint: an intervention in the study removed the cost ("confirmed") or did not
@@ -235,7 +237,88 @@ def shared_library_faults(ctx: Context) -> list[Hint]:
     return hints
 
 
-RULES = (throttling, pinning, optimizer, fetch_stall, sync_writebacks, shared_library_faults)
+def _intervention(c: Comparison, mechanism: Mechanism) -> tuple[dict[str, Any], str] | None:
+    """The knobs that remove or cut the mechanism on this entry, and why; None when the entry has
+    them already (a hint never suggests what its entry already does). Injected events are removed
+    by setting their knob to 0."""
+    if c.knobs.get(mechanism.inject_knob):
+        return {mechanism.inject_knob: 0}, f"the entry injects its {mechanism.name}"
+    for knobs, why in mechanism.interventions:
+        if any(c.knobs.get(k) != v for k, v in knobs.items()):
+            return knobs, why
+    return None
+
+
+def _without_zero_injections(knobs: dict[str, Any]) -> dict[str, Any]:
+    """An injection knob at 0 injects nothing: the entry is the one without it."""
+    return {k: v for k, v in knobs.items() if not (k in INJECTION_KNOBS and not v)}
+
+
+def judge(ctx: Context, c: Comparison, knobs: dict[str, Any]) -> tuple[HintStatus, str] | None:
+    """How the entry with ``knobs`` added (the intervention) fares against ``c``, when the study ran
+    it: confirmed when its overhead's interval lies below c's, refuted when it keeps over half of
+    c's added time, else still suspected; None when the study has no such entry."""
+    plugin = {g.platform_key: g.platform for g in ctx.groups}
+    wanted = _without_zero_injections({**c.knobs, **knobs})
+    test = next((t for t in ctx.comparisons if t.metric == c.metric and t.workload == c.workload and t.host == c.host
+                 and t.params == c.params and plugin.get(t.label) == plugin.get(c.label)
+                 and _without_zero_injections(t.knobs) == wanted), None)
+    if test is None:
+        return None
+    extra = c.mean - c.baseline_mean
+    removed = (c.mean - test.mean) / extra if extra > 0 else 0.0
+    said = f"with {_knobs(knobs) or 'it'} ({test.label}) the overhead is {test.ratio:.3f}×, {removed:.0%} of it gone"
+    if test.ci_high is not None and c.ci_low is not None and test.ci_high < c.ci_low:
+        return "confirmed", said
+    if removed < 0.5:
+        return "refuted", said + ": the cause is elsewhere"
+    return "suspected", said + ", not resolved (add repetitions)"
+
+
+def mechanisms(ctx: Context) -> list[Hint]:
+    """A mechanism that explains a clear part of a resolved overhead (its added time's interval
+    above 0, a fifth of the added time or more), from counts per item × unit costs: suspected from
+    that evidence; confirmed or refuted where the study ran the entry with the intervention that
+    removes it (otherwise the hint names that test, for ``isobench explain``)."""
+    found = []
+    for a in ctx.attributions():
+        c = a.comparison
+        for row in a.measured:
+            assert row.explained is not None and row.n_baseline is not None and row.n_platform is not None
+            low, high = row.explained.interval()
+            if low <= 0 or row.share is None or row.share[0] < 0.2:
+                continue
+            mech = row.mechanism
+            assert row.c_baseline is not None and row.c_platform is not None
+            if row.assumed:
+                detail = (f"{row.n_baseline.mean:,.0f} {mech.event}s per item (counted on {c.baseline}) at "
+                          f"{(row.c_platform.mean - row.c_baseline.mean) * 1e6:.3f} µs more each")
+            else:
+                detail = (f"{row.n_baseline.mean:,.0f} → {row.n_platform.mean:,.0f} {mech.event}s per item at "
+                          f"{row.c_baseline.mean * 1e6:.3f} → {row.c_platform.mean * 1e6:.3f} µs each")
+            point, share_low, share_high = row.share
+            text = (f"{c.workload} on {c.platform}{ctx.on_host(c)}: {mech.name} explain "
+                    f"{row.explained.mean * 1e3:.3f} ms ({low * 1e3:.3f}–{high * 1e3:.3f}) of the {a.added * 1e3:.3f} ms "
+                    f"added per item ({point:.0%}, {max(share_low, 0):.0%}–{share_high:.0%}): {detail}")
+            figure = why_table_id(c.workload, c.label, c.knobs)
+            intervention = _intervention(c, mech)
+            if intervention is None:
+                found.append(Hint(f"mechanism-{mech.key}", f"{text} (not tested: no intervention left to try).", figure))
+                continue
+            knobs, why = intervention
+            verdict = judge(ctx, c, knobs)
+            if verdict is None:
+                found.append(Hint(f"mechanism-{mech.key}", f"{text} (not tested; to test it, add the same entry with "
+                                                           f"`knobs: {{{_knobs(knobs)}}}` ({why}), or run "
+                                                           "`isobench explain`).", figure,
+                                  test={"workload": c.workload, "entry": c.label, "knobs": knobs}))
+            else:
+                status, said = verdict
+                found.append(Hint(f"mechanism-{mech.key}", f"{text}; {said}.", figure, status=status))
+    return found
+
+
+RULES = (throttling, pinning, optimizer, fetch_stall, sync_writebacks, shared_library_faults, mechanisms)
 
 
 def hints(ctx: Context) -> list[Hint]:

@@ -145,6 +145,9 @@ class DockerBase(Platform):
     def runtime(self) -> str:
         return self.entry.runtime or self.runtime_default
 
+    def runs_own_kernel(self) -> bool:
+        return self.runtime().startswith("runsc")
+
     def default_display(self) -> str:
         return f"{self.name}/{self.runtime()}"
 

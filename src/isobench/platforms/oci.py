@@ -201,6 +201,9 @@ class Oci(Platform):
     def runtime(self) -> str:
         return self.entry.runtime or "runc"
 
+    def runs_own_kernel(self) -> bool:
+        return self.runtime() == "runsc"
+
     def binary(self) -> str | None:
         """Another build of the runtime (``runtime_path``), or None for the one on PATH."""
         return self.entry.runtime_path

@@ -70,6 +70,9 @@ class QemuPlatform(Platform):
     host_cores_inside = False  # the guest has vCPUs; QEMU's cgroup keeps them on the cell's cores
     #: boot plus the worker's start in the guest: a few seconds under KVM, ~10 s or more under TCG
     startup_estimate_s = 8.0
+
+    def runs_own_kernel(self) -> bool:
+        return True
     #: the study's `allow_emulation: true` is copied into this platform's options
     takes_allow_emulation: ClassVar[bool] = True
 

@@ -9,7 +9,7 @@ One module per figure family; each registers its builder with a rank (its place 
 from __future__ import annotations
 
 # imported for their registrations
-from isobench.analysis.views import faults, perf, phases, plugins, ratios, samples, scaling, writeback  # noqa: F401, I001
+from isobench.analysis.views import faults, perf, phases, plugins, ratios, samples, scaling, why, writeback  # noqa: F401, I001
 from isobench.analysis.views.base import Context, Figure, Skipped, Table, View, builders
 
 

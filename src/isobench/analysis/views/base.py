@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from isobench.analysis import evidence as ev
+from isobench.analysis.attribution import Attribution, attribute
 from isobench.analysis.compare import Comparison, Group
 from isobench.store import Store
 
@@ -59,6 +60,14 @@ class Context:
     baseline_key: str
     platform_order: list[str]
     cells: dict[str, ev.CellInfo] = field(default_factory=dict)
+    _attributions: list[Attribution] | None = None
+
+    def attributions(self) -> list[Attribution]:
+        """Each resolved overhead's mechanisms (analysis/attribution.py), computed once for the
+        "why" tables and the hints that read them."""
+        if self._attributions is None:
+            self._attributions = attribute(self.store, self.comparisons, self.baseline_key)
+        return self._attributions
 
     def on_host(self, g: Group | Comparison) -> str:
         """A suffix naming the group's host where the study ran on several hosts (a bar or column each)."""

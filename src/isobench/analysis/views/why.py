@@ -1,0 +1,72 @@
+"""Why: per resolved overhead, the time each mechanism explains (counts × unit costs) and the rest."""
+
+from __future__ import annotations
+
+from isobench.analysis.attribution import Attribution, Estimate, Row
+from isobench.analysis.views.base import Context, Table, View, builder
+
+
+def why_table_id(workload: str, label: str, knobs: dict[str, object]) -> str:
+    extra = "-".join(f"{k}-{v}" for k, v in sorted(knobs.items()))
+    return "-".join(filter(None, ["tab-why", workload, label, extra]))[:120]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def _interval_ms(e: Estimate) -> str:
+    low, high = e.interval()
+    return f"{_ms(e.mean)} ({_ms(low)} to {_ms(high)})"
+
+
+def _count(e: Estimate | None) -> str:
+    return "not counted" if e is None else f"{e.mean:,.0f}" if e.mean >= 100 else f"{e.mean:.3g}"
+
+
+def _cost(e: Estimate | None) -> str:
+    return "not measured" if e is None else f"{e.mean * 1e6:.3f}"
+
+
+def _share(row: Row) -> str:
+    if row.share is None:
+        return "n/a"
+    point, low, high = row.share
+    return f"{point:.0%} ({low:.0%} to {high:.0%})"
+
+
+def why_rows(a: Attribution) -> list[list[str]]:
+    rows = []
+    for row in a.rows:
+        mech = row.mechanism
+        counts = f"{_count(row.n_baseline)} → {_count(row.n_platform)}" + (" (assumed)" if row.assumed else "")
+        costs = f"{_cost(row.c_baseline)} → {_cost(row.c_platform)}"
+        if row.explained is None:
+            rows.append([mech.name, counts, costs, "n/a", "n/a", row.missing])
+            continue
+        note = mech.hidden_note if row.assumed else ""
+        rows.append([mech.name, counts, costs, _interval_ms(row.explained), _share(row), note])
+    if a.rest is not None:
+        share = f"{a.rest.mean / a.added:.0%}" if a.added > 0 else "n/a"
+        rows.append(["not explained by these", "", "", _interval_ms(a.rest), share,
+                     "what no measured mechanism accounts for"])
+    return rows
+
+
+@builder(25)
+def why(ctx: Context) -> list[View]:
+    views: list[View] = []
+    for a in ctx.attributions():
+        c = a.comparison
+        added = f"{a.added * 1e3:.3f} ms ({a.added_low * 1e3:.3f} to {a.added_high * 1e3:.3f})"
+        views.append(Table(
+            why_table_id(c.workload, c.label, c.knobs),
+            f"Why {c.workload} on {c.platform}{ctx.on_host(c)} is slower: {added} added per item "
+            f"({c.ratio:.3f}×)", "",
+            ["mechanism", "per item, baseline → platform", "µs per event, baseline → platform",
+             "adds per item (ms, 95% CI)", "share of the added time", "note"],
+            why_rows(a),
+            "Each mechanism's added time is its count per item times its cost per event on each side "
+            "(the cost from the mechanism's microbenchmark on the same host). Intervals are approximate "
+            "(delta method). The rest is what the measured mechanisms do not explain."))
+    return views

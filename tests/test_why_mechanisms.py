@@ -1,0 +1,87 @@
+"""The "why" model against injected causes whose mechanism is known.
+
+One real bare-metal study: a CPU-bound workload on the baseline, an A/A entry, one entry that
+makes 5,000 extra system calls per item and one that touches 3,000 fresh pages per item, with
+the two microbenchmarks that price a call and a fault on each entry and the syscalls probe. The
+model must put each entry's added time on its own mechanism (share near 100%, the other near 0),
+and the hint that says so must be confirmed by the intervention the study holds (the same entry
+without the injection: the A/A entry)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from isobench.analysis.summary import analyse
+from isobench.analysis.views.why import why_table_id
+from isobench.store import Store
+from tests.conftest import need_root, run_cli
+from tests.test_ftrace import need_tracefs
+
+STUDY = """\
+name: why-ground-truth
+description: injected causes with known mechanisms
+schedule: sequential
+repetitions: 5
+aa: false
+warmup_items: 2
+min_seconds: null
+workloads:
+  - {name: cpu-spin, params: {iterations: 12, work: 150000, min_seconds: 0.5}}
+  - {name: syscall-loop, params: {iterations: 12, calls: 5000}}
+  - {name: fault-loop, params: {iterations: 12, pages: 3000}}
+platforms:
+  - {name: baremetal}
+  - {name: baremetal, label: aa}
+  - {name: baremetal, label: calls, knobs: {extra_syscalls: 5000}}
+  - {name: baremetal, label: faults, knobs: {extra_faults: 3000}}
+baseline: baremetal
+probes: {syscalls: {method: ftrace, buffer_kb: 32768}}
+"""
+
+
+@pytest.fixture(scope="module")
+def ground_truth(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    need_root()
+    need_tracefs()
+    base = tmp_path_factory.mktemp("why")
+    (base / "study.yaml").write_text(STUDY)
+    done = run_cli("run", str(base / "study.yaml"), "--out", str(base / "out"), timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return base / "out"
+
+
+def _rows(out: Path, label: str) -> dict[str, object]:
+    store = Store.open(out)
+    analysis = analyse(store)
+    from isobench.analysis.attribution import attribute
+
+    found = [a for a in attribute(store, analysis.comparisons, "baremetal")
+             if a.comparison.label == label and a.comparison.workload == "cpu-spin"]
+    assert len(found) == 1, f"{label}: no resolved overhead to attribute"
+    return {row.mechanism.key: row for row in found[0].rows} | {"hints": analysis.hints, "views": analysis.views}
+
+
+def test_injected_system_calls_are_put_on_system_calls(ground_truth: Path) -> None:
+    rows = _rows(ground_truth, "calls")
+    calls, faults = rows["syscalls"], rows["page_faults"]
+    assert calls.share is not None and 0.7 < calls.share[0] < 1.3, calls.share  # type: ignore[attr-defined]
+    assert calls.share[1] < 1.0 < calls.share[2] or abs(calls.share[0] - 1) < 0.15  # type: ignore[attr-defined]
+    assert calls.n_platform.mean - calls.n_baseline.mean > 4_500  # type: ignore[attr-defined]
+    assert faults.share is None or abs(faults.share[0]) < 0.15, faults.share  # type: ignore[attr-defined]
+    figure = why_table_id("cpu-spin", "calls", {"extra_syscalls": 5000})
+    hint = next(h for h in rows["hints"] if h.rule == "mechanism-syscalls" and h.figure == figure)  # type: ignore[attr-defined]
+    assert hint.status == "confirmed", hint.text
+
+
+def test_injected_page_faults_are_put_on_page_faults(ground_truth: Path) -> None:
+    rows = _rows(ground_truth, "faults")
+    calls, faults = rows["syscalls"], rows["page_faults"]
+    # The fault-loop microbenchmark prices a fault warm (the same pages freed and taken again): inside
+    # another workload a fault costs more, and the model leaves that part honestly unexplained.
+    assert faults.share is not None and 0.5 < faults.share[0] < 1.4, faults.share  # type: ignore[attr-defined]
+    assert 2_700 < faults.n_platform.mean - faults.n_baseline.mean < 3_600  # type: ignore[attr-defined]
+    assert calls.share is None or abs(calls.share[0]) < 0.15, calls.share  # type: ignore[attr-defined]
+    table = next(v for v in rows["views"] if getattr(v, "id", "").startswith("tab-why-cpu-spin-faults"))  # type: ignore[attr-defined]
+    assert table.rows[-1][0] == "not explained by these"
