@@ -109,3 +109,21 @@ def test_explain_runs_the_intervention_on_real_platforms(tmp_path: Path, monkeyp
     # a second explain would overwrite results: refused, nothing lost
     again = run_cli("explain", str(known))
     assert again.returncode == 2 and "--out" in again.stderr
+
+
+def test_an_intervention_is_the_same_engine_with_the_knob_added_not_another_runsc_platform(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gVisor on ptrace is not tested by gVisor on systrap with its data copied in (a real run
+    had called ptrace's data path confirmed that way): the hint stays suspected and names the
+    ptrace entry with the data copied in."""
+    text = report_store.STUDY.replace(
+        "  - {name: docker, knobs: {cpus: 1.0}}\n  - {name: docker, label: docker-pinned, knobs: {cpuset: \"0\"}}\n"
+        "  - {name: docker, label: vm}\n",
+        "  - {name: gvisor, label: gvisor-copy, knobs: {data_mount: copy}}\n"
+        "  - {name: gvisor, label: gvisor-ptrace, platform: ptrace}\n")
+    monkeypatch.setitem(report_store.EFFECT, "gvisor-copy", {})
+    monkeypatch.setitem(report_store.EFFECT, "gvisor-ptrace", {"fetch_stall": 2.5})
+    store = Store.open(report_store.build(tmp_path / "known", study_text=text))
+    found = [h for h in analyse(store, with_views=False).hints if h.rule == "data-path"]
+    assert [h.status for h in found] == ["suspected"], [h.text for h in found]
+    assert found[0].test == {"workload": "lenet-train", "entry": "gvisor-ptrace", "knobs": {"data_mount": "copy"}}

@@ -116,7 +116,6 @@ def fetch_stall(ctx: Context) -> list[Hint]:
     when it still grows and under half the phase's extra time is gone; otherwise it stays suspected. An
     entry that already has its data inside is never told to copy it in."""
     hints = []
-    plugin = {g.platform_key: g.platform for g in ctx.groups}
     for c in _e2e(ctx):
         if not c.significant or c.ratio <= 1:
             continue
@@ -140,7 +139,7 @@ def fetch_stall(ctx: Context) -> list[Hint]:
                                            "(not tested).", figure))
             continue
         tested = [p for p in ctx.comparisons if p.metric == stall.metric and p.workload == c.workload
-                  and p.host == c.host and plugin.get(p.label) == plugin.get(c.label) and not p.is_aa
+                  and p.host == c.host and ctx.same_engine(p.label, c.label) and not p.is_aa
                   and str(p.knobs.get("data_mount")) in DATA_INSIDE
                   and {k: v for k, v in p.knobs.items() if k != "data_mount"}
                   == {k: v for k, v in c.knobs.items() if k != "data_mount"}]
@@ -258,10 +257,9 @@ def judge(ctx: Context, c: Comparison, knobs: dict[str, Any]) -> tuple[HintStatu
     """How the entry with ``knobs`` added (the intervention) fares against ``c``, when the study ran
     it: confirmed when its overhead's interval lies below c's, refuted when it keeps over half of
     c's added time, else still suspected; None when the study has no such entry."""
-    plugin = {g.platform_key: g.platform for g in ctx.groups}
     wanted = _without_zero_injections({**c.knobs, **knobs})
     test = next((t for t in ctx.comparisons if t.metric == c.metric and t.workload == c.workload and t.host == c.host
-                 and t.params == c.params and plugin.get(t.label) == plugin.get(c.label)
+                 and t.params == c.params and ctx.same_engine(t.label, c.label)
                  and _without_zero_injections(t.knobs) == wanted), None)
     if test is None:
         return None

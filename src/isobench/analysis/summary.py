@@ -101,7 +101,8 @@ def analyse(store: Store, force: bool = False, target: float = 0.01, with_views:
     adaptive_meta = store.meta("adaptive")
     if study.adaptive is not None:
         target = study.adaptive.target
-    ctx = Context(store, groups, comparisons, baseline_key, [p.key for p in study.platforms], ev.cell_index(store))
+    ctx = Context(store, groups, comparisons, baseline_key, [p.key for p in study.platforms], ev.cell_index(store),
+                  {p.key: p.engine_key() for p in study.platforms})
     shown = [c for c in comparisons if force or not c.emulated]
     if not force:
         ctx.comparisons = shown

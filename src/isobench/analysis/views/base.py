@@ -60,6 +60,9 @@ class Context:
     baseline_key: str
     platform_order: list[str]
     cells: dict[str, ev.CellInfo] = field(default_factory=dict)
+    #: platform key -> its engine as a comparable value (PlatformEntry.engine_key: plugin, runtime,
+    #: runsc platform, image, options); empty where the stored study could not be read
+    engines: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _attributions: list[Attribution] | None = None
 
     def attributions(self) -> list[Attribution]:
@@ -72,6 +75,14 @@ class Context:
     def on_host(self, g: Group | Comparison) -> str:
         """A suffix naming the group's host where the study ran on several hosts (a bar or column each)."""
         return f" on {g.host}" if len({o.host for o in self.groups}) > 1 else ""
+
+    def same_engine(self, key: str, other: str) -> bool:
+        """The two entries run the same engine (an intervention's entry differs in its knobs only):
+        gVisor on ptrace is not gVisor on systrap with its data copied in."""
+        if key in self.engines and other in self.engines:
+            return self.engines[key] == self.engines[other]
+        plugin = {g.platform_key: g.platform for g in self.groups}
+        return plugin.get(key) == plugin.get(other)
 
     def group_of(self, cell_id: str) -> Group | None:
         info = self.cells.get(cell_id)
