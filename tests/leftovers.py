@@ -58,7 +58,15 @@ def cgroups(others_live: bool = True) -> list[str]:
     return found
 
 
+def perf_outputs(others_live: bool = True) -> list[str]:
+    """The perf probe's output directories in /dev/shm (probes/perf.py)."""
+    shm = Path("/dev/shm")
+    return [p.name for p in sorted(shm.glob("isobench-perf-*")) if others_live or not _someone_elses_live(p.name)] \
+        if shm.is_dir() else []
+
+
 def all_leftovers() -> dict[str, list[str]]:
     """What exited runners (and this process) left: another live runner's cells are its own business."""
-    found = {"containers": containers(False), "oci": oci_state(False), "cgroups": cgroups(False)}
+    found = {"containers": containers(False), "oci": oci_state(False), "cgroups": cgroups(False),
+             "perf": perf_outputs(False)}
     return {k: v for k, v in found.items() if v}

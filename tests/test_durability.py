@@ -51,6 +51,8 @@ def test_kill_9_then_resume_has_no_gaps_and_no_duplicates(tmp_path: Path) -> Non
         "workloads": [{"name": "cpu-spin", "params": {"iterations": 4, "work": 100_000}}],
         "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "aa"},
                       {"name": "oci", "label": "runc", "runtime": "runc"}],
+        # perf too: a killed runner's perf output directories in /dev/shm must be swept by the next run
+        "probes": {"perf": {"hardware": False}, "proc": {}},
         "repetitions": 5, "warmup": 1})
     out = tmp_path / "out"
     db = out / "isobench.sqlite"

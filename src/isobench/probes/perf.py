@@ -47,6 +47,33 @@ STOP_WAIT_S = 5.0
 ENABLE_WAIT_S = 10.0
 PR_SET_PDEATHSIG = 1
 _LIVE: set[subprocess.Popen[bytes]] = set()
+#: each cell's perf output directory: ``isobench-perf-<runner tag>-<random>``
+WORKDIR_PREFIX = "isobench-perf-"
+
+
+def _workdir_parent() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
+def sweep_stale_workdirs(parent: Path) -> list[str]:
+    """Remove the perf output directories of runners that died (kill -9): those whose runner tag is
+    stale, and untagged ones (written before directories carried a tag) that hold nothing."""
+    from isobench.liveness import tag_is_stale
+
+    removed = []
+    for path in sorted(parent.glob(f"{WORKDIR_PREFIX}*")):
+        parts = path.name[len(WORKDIR_PREFIX):].split("-")
+        tagged = len(parts) >= 3 and parts[0].isdigit()
+        if tagged and not tag_is_stale(f"{parts[0]}-{parts[1]}"):
+            continue
+        if tagged:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.rmdir()  # an untagged one that still holds files may be another tool's: left alone
+        if not path.exists():
+            removed.append(f"perf output {path}")
+    return removed
 
 
 class PerfSettings(ProbeSettings):
@@ -195,8 +222,10 @@ class PerfProbe(Probe):
         settings: PerfSettings = self.settings  # type: ignore[assignment]
         hardware, self.unsupported = supported_events() if settings.hardware else ((), {})
         self.events = [*settings.events, *hardware]
-        self.workdir = Path(tempfile.mkdtemp(prefix="isobench-perf-", dir="/dev/shm"
-                                             if os.path.isdir("/dev/shm") else None))
+        from isobench.liveness import runner_tag
+
+        # named by the runner, so that the next run can remove what a killed one left (sweep_stale)
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{runner_tag()}-", dir=_workdir_parent()))
         self.runs: dict[str, subprocess.Popen[bytes]] = {}
         self.control: dict[str, tuple[int, int]] = {}
         self.not_acked: list[str] = []
@@ -310,6 +339,11 @@ class PerfProbe(Probe):
 
     def abort(self) -> None:
         self._cleanup()
+
+    @classmethod
+    def sweep_stale(cls) -> list[str]:
+        parent = _workdir_parent()
+        return sweep_stale_workdirs(Path(parent if parent else tempfile.gettempdir()))
 
 
 def _overlap(counts: dict[str, dict[str, float | None]]) -> dict[str, float]:
