@@ -85,3 +85,13 @@ def test_injected_page_faults_are_put_on_page_faults(ground_truth: Path) -> None
     assert calls.share is None or abs(calls.share[0]) < 0.15, calls.share  # type: ignore[attr-defined]
     table = next(v for v in rows["views"] if getattr(v, "id", "").startswith("tab-why-cpu-spin-faults"))  # type: ignore[attr-defined]
     assert table.rows[-1][0] == "not explained by these"
+
+
+def test_the_markdown_report_has_a_why_section_with_each_overhead(ground_truth: Path) -> None:
+    from isobench.report.markdown import render_markdown
+
+    text = render_markdown(analyse(Store.open(ground_truth)))
+    section = text.split("## Why, in numbers", 1)[1].split("\n## ", 1)[0]
+    assert "`tab-why-cpu-spin-calls-extra_syscalls-5000`" in section
+    assert "`tab-why-cpu-spin-faults-extra_faults-3000`" in section
+    assert "tab-why-syscall-loop" not in text  # the microbenchmarks price the mechanisms; they are not explained

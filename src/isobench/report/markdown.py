@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from isobench.analysis.summary import ADVISOR_NOTE, Analysis
 from isobench.analysis.views import Figure, Skipped, Table
+from isobench.analysis.views.why import WHY_PREFIX
 from isobench.report.adaptive_table import stop_words
 from isobench.report.html import comparison_columns, comparison_rows, multi_host, ordered, resolve_target
 from isobench.report.plaintext import md, md_fence, md_table
@@ -53,9 +54,16 @@ def render_markdown(analysis: Analysis) -> str:
     out += [f"- {md(w.text)}" for w in analysis.warnings] or ["- none"]
     out += ["", "## Root-cause hints", ""]
     out += [f"- **{h.status}**: {md(h.text)} (see `{h.figure}`)" for h in analysis.hints] or ["- no rule found evidence"]
+    why = [v for v in analysis.views if isinstance(v, Table) and v.id.startswith(WHY_PREFIX)]
+    if why:
+        out += ["", "## Why, in numbers: what each mechanism explains", "", md(why[0].note), ""]
+        for view in why:
+            out += [f"### {md(view.title)} (`{view.id}`)", "", md_table(view.columns, view.rows), ""]
     out += ["", "## Tables and figures (numbers)", ""]
     skipped = []
     for view in analysis.views:
+        if isinstance(view, Table) and view.id.startswith(WHY_PREFIX):
+            continue
         if isinstance(view, Skipped):
             skipped.append(view)
         elif isinstance(view, Figure):

@@ -5,10 +5,13 @@ from __future__ import annotations
 from isobench.analysis.attribution import Attribution, Estimate, Row
 from isobench.analysis.views.base import Context, Table, View, builder
 
+#: every "why" table's id starts so (the Markdown report gives them a section of their own)
+WHY_PREFIX = "tab-why-"
+
 
 def why_table_id(workload: str, label: str, knobs: dict[str, object]) -> str:
     extra = "-".join(f"{k}-{v}" for k, v in sorted(knobs.items()))
-    return "-".join(filter(None, ["tab-why", workload, label, extra]))[:120]
+    return WHY_PREFIX + "-".join(filter(None, [workload, label, extra]))[:112]
 
 
 def _ms(seconds: float) -> str:
