@@ -2,7 +2,8 @@
 
 One real bare-metal study: a CPU-bound workload on the baseline, an A/A entry, one entry that
 makes 5,000 extra system calls per item and one that touches 3,000 fresh pages per item, with
-the two microbenchmarks that price a call and a fault on each entry and the syscalls probe. The
+the two microbenchmarks that price a call and a fault on each entry and the syscalls probe; and
+one entry under a CPU quota (0.6 of a core), whose added time is the time it spends throttled. The
 model must put each entry's added time on its own mechanism (share near 100%, the other near 0),
 and the hint that says so must be confirmed by the intervention the study holds (the same entry
 without the injection: the A/A entry)."""
@@ -36,6 +37,7 @@ platforms:
   - {name: baremetal, label: aa}
   - {name: baremetal, label: calls, knobs: {extra_syscalls: 5000}}
   - {name: baremetal, label: faults, knobs: {extra_faults: 3000}}
+  - {name: baremetal, label: quota, knobs: {cpus: 0.6}}
 baseline: baremetal
 probes: {syscalls: {method: ftrace, buffer_kb: 32768}}
 """
@@ -95,3 +97,13 @@ def test_the_markdown_report_has_a_why_section_with_each_overhead(ground_truth: 
     assert "`tab-why-cpu-spin-calls-extra_syscalls-5000`" in section
     assert "`tab-why-cpu-spin-faults-extra_faults-3000`" in section
     assert "tab-why-syscall-loop" not in text  # the microbenchmarks price the mechanisms; they are not explained
+
+
+def test_a_cpu_quota_is_put_on_throttling_and_removing_it_confirms_it(ground_truth: Path) -> None:
+    rows = _rows(ground_truth, "quota")
+    throttled, calls = rows["throttling"], rows["syscalls"]
+    assert throttled.share is not None and 0.8 < throttled.share[0] < 1.2, throttled.share  # type: ignore[attr-defined]
+    assert calls.share is None or abs(calls.share[0]) < 0.1  # type: ignore[attr-defined]
+    figure = why_table_id("cpu-spin", "quota", {"cpus": 0.6})
+    hint = next(h for h in rows["hints"] if h.rule == "mechanism-throttling" and h.figure == figure)  # type: ignore[attr-defined]
+    assert hint.status == "confirmed" and "without cpus" in hint.text, hint.text

@@ -107,7 +107,8 @@ def follow_up_study(text: str, study: Study, file: str, tests: list[dict[str, An
         index = next(i for i, e in enumerate(study.platforms) if e.key == test["entry"])
         written = dict(raw["platforms"][index])
         written["label"] = intervention_label(test["entry"], test["knobs"])
-        written["knobs"] = {**(written.get("knobs") or {}), **test["knobs"]}
+        merged = {**(written.get("knobs") or {}), **test["knobs"]}
+        written["knobs"] = {k: v for k, v in merged.items() if v is not None}  # None: the entry without it
         if written not in platforms:
             platforms.append(written)
     units = {m.unit_workload for m in MECHANISMS}

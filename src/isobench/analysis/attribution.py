@@ -42,31 +42,48 @@ class Mechanism:
     name: str
     #: one event, for "per ..." ("call")
     event: str
-    #: per-cell count over the measured window
+    #: per-cell count over the measured window (``per_item``: already per measured item)
     count_metric: str
-    #: the microbenchmark that prices one event, and its own phase metric
-    unit_workload: str
-    unit_phase: str
+    #: the microbenchmark that prices one event, and its own phase metric (None: ``fixed_cost``)
+    unit_workload: str | None
+    unit_phase: str | None
     #: the knob that injects this mechanism's events (ground truth; removing it is its intervention)
-    inject_knob: str
-    #: the probe that counts the events (None: the worker counts them itself)
+    inject_knob: str | None
+    #: the probe that counts the events (None: the worker or the runner counts them itself)
     count_probe: str | None
     #: why the platform's own count may be missing, for the row's note
-    hidden_note: str
-    #: knobs that cut this mechanism's unit cost where the entry's platform takes them, and why
+    hidden_note: str = ""
+    #: knobs that remove or cut this mechanism where the entry's platform takes them, and why
+    #: (a knob set to None: the entry without it)
     interventions: tuple[tuple[dict[str, Any], str], ...] = ()
+    per_item: bool = False
+    #: seconds per event, the same on every platform (a throttled second is a second of wall time)
+    fixed_cost: float | None = None
+    #: a platform with a kernel of its own (gVisor, a VM) hides the workload's own events from the host
+    hidden_by_own_kernel: bool = True
+    #: how counts are shown: times this, in this unit ("" for plain counts)
+    count_scale: float = 1.0
+    count_unit: str = ""
+    #: the name takes a plural verb ("system calls explain", "CFS throttling explains")
+    plural: bool = True
 
 
 MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("syscalls", "system calls", "call", "probe.syscalls.window_calls", "syscall-loop", "phase.syscalls",
-              "extra_syscalls", "syscalls", "counted on the baseline: the platform's own kernel serves them out of the host's sight",
+              "extra_syscalls", "syscalls",
+              "counted on the baseline: the platform's own kernel serves them out of the host's sight",
               (({"seccomp": "unconfined"}, "without the seccomp filter each call skips its check"),)),
     Mechanism("page_faults", "page faults", "fault", "process.run.page_faults_minor", "fault-loop", "phase.faults",
               "extra_faults", None, "counted on the baseline: the platform's kernel reports no fault counts"),
+    # the runner reads the cell's CFS throttled time at both ends of the measured window
+    # (runner/interference.py): a throttled second is a second the item waits, on any platform
+    Mechanism("throttling", "CFS throttling", "throttled", "cpu.throttled_per_item", None, None, None, None,
+              interventions=(({"cpus": None}, "without the CPU quota the cell is never throttled"),),
+              per_item=True, fixed_cost=1.0, hidden_by_own_kernel=False, count_scale=1e3, count_unit="ms", plural=False),
 )
 
 #: knobs that only inject work (ground truth), never part of what an entry is
-INJECTION_KNOBS = frozenset({m.inject_knob for m in MECHANISMS} | {"slowdown", "slowdown_phases"})
+INJECTION_KNOBS = frozenset({m.inject_knob for m in MECHANISMS if m.inject_knob} | {"slowdown", "slowdown_phases"})
 
 
 @dataclass
@@ -129,14 +146,14 @@ def _per_cell(store: Store) -> tuple[dict[CellKey, dict[str, list[float]]], set[
     """Per group of cells, the per-cell values the model needs: the count metrics per measured item,
     and the microbenchmarks' seconds per event; and the workload keys that are microbenchmarks."""
     wanted = {"e2e", "workload.events_per_item", *(m.count_metric for m in MECHANISMS),
-              *(m.unit_phase for m in MECHANISMS)}
+              *(m.unit_phase for m in MECHANISMS if m.unit_phase)}
     values: dict[str, dict[str, float]] = defaultdict(dict)
     marks = ",".join("?" * len(wanted))
     for cell_id, metric, value in store.conn.execute(
             f"SELECT cell_id, metric, value FROM metrics WHERE metric IN ({marks})", tuple(sorted(wanted))):
         values[cell_id][metric] = value
     items = dict(store.conn.execute("SELECT cell_id, COUNT(DISTINCT item) FROM phases GROUP BY cell_id"))
-    unit_of = {m.unit_workload: m for m in MECHANISMS}
+    unit_of = {m.unit_workload: m for m in MECHANISMS if m.unit_workload}
     out: dict[CellKey, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     pricing: set[str] = set()
     for cell in store.cells():
@@ -151,11 +168,15 @@ def _per_cell(store: Store) -> tuple[dict[CellKey, dict[str, list[float]]], set[
         count = items.get(cell["cell_id"]) or 0
         own_kernel = bool((cell["platform_info"] or {}).get("own_kernel"))
         for mech in MECHANISMS:
-            if count and mech.count_metric in own and not own_kernel:
+            if mech.count_metric not in own or (own_kernel and mech.hidden_by_own_kernel):
+                continue
+            if mech.per_item:
+                out[key][mech.count_metric].append(own[mech.count_metric])
+            elif count:
                 out[key][mech.count_metric].append(own[mech.count_metric] / count)
         unit = unit_of.get(cell["workload"])
         events = own.get("workload.events_per_item")
-        if unit is not None and events and unit.unit_phase in own:
+        if unit is not None and unit.unit_phase and events and unit.unit_phase in own:
             out[(f"unit:{unit.key}", cell["platform_key"], rest[1], "", rest[3])]["cost"].append(
                 own[unit.unit_phase] / events)
     return out, pricing
@@ -165,7 +186,9 @@ def _unit_cost(data: dict[CellKey, dict[str, list[float]]], mech: Mechanism, pla
                knobs: dict[str, Any] | None, host: str) -> Estimate | None:
     """The entry's seconds per event: its microbenchmark with the same knobs (None: any of the
     entry's), injection knobs aside: the unit phase excludes injected work, so any of the entry's
-    variants prices it alike."""
+    variants prices it alike. A mechanism with a fixed cost needs no microbenchmark."""
+    if mech.fixed_cost is not None:
+        return Estimate(mech.fixed_cost, 0.0)
     plain = None if knobs is None else {k: v for k, v in knobs.items() if k not in INJECTION_KNOBS}
     found: list[float] = []
     for (workload, key, knob_text, _, cell_host), metrics in data.items():
@@ -200,10 +223,13 @@ def attribute(store: Store, comparisons: list[Comparison], baseline_key: str) ->
             row = Row(mech, _estimate(base.get(mech.count_metric, [])), _estimate(platform.get(mech.count_metric, [])))
             row.c_baseline = _unit_cost(data, mech, baseline_key, None, c.host)
             row.c_platform = _unit_cost(data, mech, c.label, c.knobs, c.host)
+            if mech.fixed_cost is not None and row.n_baseline is None and row.n_platform is not None:
+                row.n_baseline = Estimate(0.0, 0.0)  # a baseline the runner could not read is never throttled
             if row.n_platform is None and row.n_baseline is not None:
                 row.n_platform, row.assumed = row.n_baseline, True
             if row.n_baseline is None:
-                row.missing = f"{mech.name} not counted (add the {mech.count_probe or 'page-fault'} probe)"
+                row.missing = (f"{mech.name} not counted (add the {mech.count_probe} probe)" if mech.count_probe
+                               else f"{mech.name} not counted here")
             elif row.c_baseline is None or row.c_platform is None:
                 row.missing = f"unit cost not measured (add workload {mech.unit_workload} to the study)"
             else:

@@ -249,8 +249,20 @@ def _intervention(c: Comparison, mechanism: Mechanism) -> tuple[dict[str, Any], 
 
 
 def _without_zero_injections(knobs: dict[str, Any]) -> dict[str, Any]:
-    """An injection knob at 0 injects nothing: the entry is the one without it."""
-    return {k: v for k, v in knobs.items() if not (k in INJECTION_KNOBS and not v)}
+    """An injection knob at 0 injects nothing, and a knob set to None is not set: the entry is the
+    one without it."""
+    return {k: v for k, v in knobs.items() if v is not None and not (k in INJECTION_KNOBS and not v)}
+
+
+def _change(knobs: dict[str, Any], written: bool = False) -> str:
+    """An intervention in words: "without cpus", "with seccomp=unconfined" (or as a study writes it)."""
+    removed = [k for k, v in knobs.items() if v is None]
+    added = {k: v for k, v in knobs.items() if v is not None}
+    parts = [f"without `{k}`" if written else f"without {k}" for k in removed]
+    if added:
+        parts.append(f"with `knobs: {{{', '.join(f'{k}: {v}' for k, v in added.items())}}}`" if written
+                     else f"with {_knobs(added)}")
+    return " and ".join(parts)
 
 
 def judge(ctx: Context, c: Comparison, knobs: dict[str, Any]) -> tuple[HintStatus, str] | None:
@@ -265,7 +277,7 @@ def judge(ctx: Context, c: Comparison, knobs: dict[str, Any]) -> tuple[HintStatu
         return None
     extra = c.mean - c.baseline_mean
     removed = (c.mean - test.mean) / extra if extra > 0 else 0.0
-    said = f"with {_knobs(knobs) or 'it'} ({test.label}) the overhead is {test.ratio:.3f}×, {removed:.0%} of it gone"
+    said = f"{_change(knobs)} ({test.label}) the overhead is {test.ratio:.3f}×, {removed:.0%} of it gone"
     if test.ci_high is not None and c.ci_low is not None and test.ci_high < c.ci_low:
         return "confirmed", said
     if removed < 0.5:
@@ -288,14 +300,17 @@ def mechanisms(ctx: Context) -> list[Hint]:
                 continue
             mech = row.mechanism
             assert row.c_baseline is not None and row.c_platform is not None
-            if row.assumed:
+            if mech.fixed_cost is not None:
+                detail = (f"{row.n_baseline.mean * mech.count_scale:.3f} → {row.n_platform.mean * mech.count_scale:.3f} "
+                          f"{mech.count_unit} {mech.event} per item")
+            elif row.assumed:
                 detail = (f"{row.n_baseline.mean:,.0f} {mech.event}s per item (counted on {c.baseline}) at "
                           f"{(row.c_platform.mean - row.c_baseline.mean) * 1e6:.3f} µs more each")
             else:
                 detail = (f"{row.n_baseline.mean:,.0f} → {row.n_platform.mean:,.0f} {mech.event}s per item at "
                           f"{row.c_baseline.mean * 1e6:.3f} → {row.c_platform.mean * 1e6:.3f} µs each")
             point, share_low, share_high = row.share
-            text = (f"{c.workload} on {c.platform}{ctx.on_host(c)}: {mech.name} explain "
+            text = (f"{c.workload} on {c.platform}{ctx.on_host(c)}: {mech.name} explain{'' if mech.plural else 's'} "
                     f"{row.explained.mean * 1e3:.3f} ms ({low * 1e3:.3f}–{high * 1e3:.3f}) of the {a.added * 1e3:.3f} ms "
                     f"added per item ({point:.0%}, {max(share_low, 0):.0%}–{share_high:.0%}): {detail}")
             figure = why_table_id(c.workload, c.label, c.knobs)
@@ -306,8 +321,8 @@ def mechanisms(ctx: Context) -> list[Hint]:
             knobs, why = intervention
             verdict = judge(ctx, c, knobs)
             if verdict is None:
-                found.append(Hint(f"mechanism-{mech.key}", f"{text} (not tested; to test it, add the same entry with "
-                                                           f"`knobs: {{{_knobs(knobs)}}}` ({why}), or run "
+                found.append(Hint(f"mechanism-{mech.key}", f"{text} (not tested; to test it, add the same entry "
+                                                           f"{_change(knobs, written=True)} ({why}), or run "
                                                            "`isobench explain`).", figure,
                                   test={"workload": c.workload, "entry": c.label, "knobs": knobs}))
             else:

@@ -49,6 +49,8 @@ class Snapshot:
     #: the CPU ns per core of the cells that share these cores by design (a duet's partner, when the
     #: pair trades cores): their time is not "other" either
     peer_percpu_ns: list[int] = field(default_factory=list)
+    #: the cell's CFS throttled time so far, ns (cpu.stat; None: no cpu controller to read)
+    throttled_ns: int | None = None
 
 
 def read_stat(text: str | None = None) -> dict[int, tuple[int, int]]:
@@ -90,6 +92,20 @@ def _cell_cpu(cgroups: dict[str, Path]) -> tuple[int | None, list[int]]:
     return total, percpu
 
 
+def _throttled_ns(cgroups: dict[str, Path]) -> int | None:
+    """CFS throttled time of the cell's group so far: v1 ``throttled_time`` (ns), v2 ``throttled_usec``."""
+    directory = cgroups.get("cpu") or cgroups.get("unified")
+    if directory is None:
+        return None
+    try:
+        fields = dict(line.split() for line in (directory / "cpu.stat").read_text().splitlines() if " " in line)
+    except (OSError, ValueError):
+        return None
+    if "throttled_time" in fields:
+        return int(fields["throttled_time"])
+    return int(fields["throttled_usec"]) * 1000 if "throttled_usec" in fields else None
+
+
 def snapshot(cgroups: dict[str, Path] | None, peers: list[dict[str, Path]] | None = None) -> Snapshot:
     total, percpu = _cell_cpu(cgroups or {})
     peer: list[int] = []
@@ -99,7 +115,8 @@ def snapshot(cgroups: dict[str, Path] | None, peers: list[dict[str, Path]] | Non
             peer = theirs
         elif len(theirs) == len(peer):
             peer = [a + b for a, b in zip(peer, theirs, strict=True)]
-    return Snapshot(time.monotonic(), read_stat(), read_schedstat(), total, percpu, peer)
+    return Snapshot(time.monotonic(), read_stat(), read_schedstat(), total, percpu, peer,
+                    _throttled_ns(cgroups or {}))
 
 
 def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
@@ -129,6 +146,8 @@ def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
                 co_tenants = 0  # the co-tenants' time is known and taken out: judge the rest in full
             # /proc/stat counts in ticks: small negative differences are rounding, not work
             result["other_cpu_s"] = max(0.0, busy - on_cores)
+    if start.throttled_ns is not None and end.throttled_ns is not None and items:
+        result["throttled_per_item_s"] = max(0, end.throttled_ns - start.throttled_ns) / 1e9 / items
     if sampled_runq is not None:
         result["runq"] = sampled_runq
         result["runq_source"] = "procs_running, host-wide"
@@ -197,6 +216,8 @@ def metrics(accounting: dict[str, Any]) -> list[tuple[str, float, str]]:
     rows = []
     if "cpu_per_item_s" in accounting:
         rows.append(("cpu.per_item", accounting["cpu_per_item_s"], "s"))
+    if "throttled_per_item_s" in accounting:
+        rows.append(("cpu.throttled_per_item", accounting["throttled_per_item_s"], "s"))
     for key, unit in (("steal_s", "s"), ("other_cpu_s", "s"), ("runq", "tasks"), ("lost_share", "")):
         if key in accounting:
             rows.append((f"interference.{key.removesuffix('_s')}", float(accounting[key]), unit))

@@ -23,8 +23,12 @@ def _interval_ms(e: Estimate) -> str:
     return f"{_ms(e.mean)} ({_ms(low)} to {_ms(high)})"
 
 
-def _count(e: Estimate | None) -> str:
-    return "not counted" if e is None else f"{e.mean:,.0f}" if e.mean >= 100 else f"{e.mean:.3g}"
+def _count(e: Estimate | None, scale: float = 1.0, unit: str = "") -> str:
+    if e is None:
+        return "not counted"
+    value = e.mean * scale
+    shown = f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    return f"{shown} {unit}" if unit else shown
 
 
 def _cost(e: Estimate | None) -> str:
@@ -42,8 +46,11 @@ def why_rows(a: Attribution) -> list[list[str]]:
     rows = []
     for row in a.rows:
         mech = row.mechanism
-        counts = f"{_count(row.n_baseline)} → {_count(row.n_platform)}" + (" (assumed)" if row.assumed else "")
-        costs = f"{_cost(row.c_baseline)} → {_cost(row.c_platform)}"
+        scale, unit = mech.count_scale, mech.count_unit
+        counts = f"{_count(row.n_baseline, scale, unit)} → {_count(row.n_platform, scale, unit)}" + (
+            " (assumed)" if row.assumed else "")
+        costs = "1 s per s, on any platform" if mech.fixed_cost is not None else \
+            f"{_cost(row.c_baseline)} → {_cost(row.c_platform)}"
         if row.explained is None:
             rows.append([mech.name, counts, costs, "n/a", "n/a", row.missing])
             continue
