@@ -107,3 +107,14 @@ def test_a_cpu_quota_is_put_on_throttling_and_removing_it_confirms_it(ground_tru
     figure = why_table_id("cpu-spin", "quota", {"cpus": 0.6})
     hint = next(h for h in rows["hints"] if h.rule == "mechanism-throttling" and h.figure == figure)  # type: ignore[attr-defined]
     assert hint.status == "confirmed" and "without cpus" in hint.text, hint.text
+
+
+def test_the_summary_says_in_one_line_what_each_mechanism_explains(ground_truth: Path) -> None:
+    from tests.conftest import run_cli
+
+    done = run_cli("summary", str(ground_truth))
+    lines = " ".join(done.stdout.split())  # the console folds long lines
+    assert done.returncode == 0, done.stderr
+    assert "why, in numbers: cpu-spin on baremetal/calls adds" in lines
+    calls = lines.split("why, in numbers: cpu-spin on baremetal/calls adds", 1)[1].split("why", 1)[0]
+    assert "system calls" in calls and "not explained" in calls and "CFS throttling" not in calls  # zero: left out

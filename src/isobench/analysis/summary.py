@@ -9,6 +9,7 @@ from typing import Any
 
 from isobench.analysis import evidence as ev
 from isobench.analysis.advisor import repetitions_for_halfwidth, repetitions_for_power
+from isobench.analysis.attribution import Attribution
 from isobench.analysis.compare import Comparison, Group, compare, hosts_of, load_groups
 from isobench.analysis.fleet import FleetRow, fleet_rows, fleet_views
 from isobench.analysis.hints import Hint, hints
@@ -59,6 +60,8 @@ class Analysis:
     hosts_meta: dict[str, Any] = field(default_factory=dict)
     #: the study's results directory (None: an analysis not read from a store on disk)
     directory: Path | None = None
+    #: each resolved overhead's mechanisms (analysis/attribution.py)
+    attributions: list[Attribution] = field(default_factory=list)
 
 
 #: how the advisor's noise is read, printed above its table
@@ -122,6 +125,7 @@ def analyse(store: Store, force: bool = False, target: float = 0.01, with_views:
                                              at_once=2 if study.schedule == "duet" else 1),
                               *filter(None, [core_sharing_warning(store.meta("cores"), store.cells())])],
                     hints=hints(ctx), advice=advise(groups, shown, baseline_key, target), failures=failures,
+                    attributions=ctx.attributions(),
                     adaptive=json.loads(adaptive_meta) if adaptive_meta else None, forced=force, shown=shown,
                     directory=store.directory)
 

@@ -288,6 +288,10 @@ def print_summary(store: Store, comparisons: list[Comparison], console: Console)
             console.print(markup("[yellow]warning:[/] {}", warning.text), highlight=False)
     for hint in analysis.hints:
         console.print(markup("[cyan]why ({}):[/] {}", hint.status, hint.text), highlight=False)
+    from isobench.analysis.views.why import why_lines
+
+    for line in why_lines(analysis.attributions, str(store.directory)):
+        console.print(markup("[cyan]why, in numbers:[/] {}", line), highlight=False)
 
 
 def print_density(store: Store, console: Console) -> None:

@@ -80,3 +80,23 @@ def why(ctx: Context) -> list[View]:
             "(the cost from the mechanism's microbenchmark on the same host). Intervals are approximate "
             "(delta method). The rest is what the measured mechanisms do not explain."))
     return views
+
+
+def why_lines(attributions: list[Attribution], directory: str = "DIR") -> list[str]:
+    """One sentence per resolved overhead that a mechanism prices, and one for those none does."""
+    lines, unpriced = [], []
+    for a in attributions:
+        c = a.comparison
+        if not a.measured or a.rest is None:
+            unpriced.append(f"{c.workload} on {c.platform}")
+            continue
+        parts = [f"{r.mechanism.name} {r.explained.mean * 1e3:.2f} ms ({r.explained.mean / a.added:.0%})"
+                 for r in a.measured if r.explained is not None and a.added > 0
+                 and abs(r.explained.mean / a.added) >= 0.005]  # a mechanism that adds nothing is left out
+        parts.append(f"not explained {a.rest.mean * 1e3:.2f} ms ({a.rest.mean / a.added:.0%})")
+        lines.append(f"{c.workload} on {c.platform} adds {a.added * 1e3:.2f} ms per item: {', '.join(parts)} "
+                     f"(table {why_table_id(c.workload, c.label, c.knobs)})")
+    if unpriced:
+        lines.append(f"no mechanism is priced for {'; '.join(unpriced)}: the study lacks the microbenchmarks "
+                     f"(syscall-loop, fault-loop) or the syscalls probe; `isobench explain {directory}` adds them")
+    return lines
