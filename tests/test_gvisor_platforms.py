@@ -120,6 +120,10 @@ def test_each_runsc_platform_runs_a_cell_or_is_refused_with_its_reason(platform:
     assert outcome.platform_info["runtime"] == f"runsc-{platform}"
     # the recorded build names the platform the sandbox ran on: "2024-07-29 systrap"
     assert outcome.platform_info["versions"]["runsc"].endswith(f" {platform}")
+    # host-side counts of the sandbox are its own kernel's work ("why" then counts on the baseline),
+    # while the workload's own file reads are counted inside (gVisor's /proc/self/io says "char:")
+    assert outcome.platform_info["own_kernel"] is True
+    assert outcome.done is not None and set(outcome.done["run_reads"]) == {"bytes", "calls"}, outcome.done
 
 
 def test_two_runsc_builds_in_one_study_are_two_entries_with_their_versions(tmp_path: Path) -> None:

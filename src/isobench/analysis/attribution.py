@@ -152,7 +152,7 @@ def _per_cell(store: Store) -> tuple[dict[CellKey, dict[str, list[float]]], set[
     for cell_id, metric, value in store.conn.execute(
             f"SELECT cell_id, metric, value FROM metrics WHERE metric IN ({marks})", tuple(sorted(wanted))):
         values[cell_id][metric] = value
-    items = dict(store.conn.execute("SELECT cell_id, COUNT(DISTINCT item) FROM phases GROUP BY cell_id"))
+    items = _items_per_cell(store)
     unit_of = {m.unit_workload: m for m in MECHANISMS if m.unit_workload}
     out: dict[CellKey, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     pricing: set[str] = set()
@@ -180,6 +180,30 @@ def _per_cell(store: Store) -> tuple[dict[CellKey, dict[str, list[float]]], set[
             out[(f"unit:{unit.key}", cell["platform_key"], rest[1], "", rest[3])]["cost"].append(
                 own[unit.unit_phase] / events)
     return out, pricing
+
+
+def _items_per_cell(store: Store) -> dict[str, int]:
+    return dict(store.conn.execute("SELECT cell_id, COUNT(DISTINCT item) FROM phases GROUP BY cell_id"))
+
+
+def reads_per_item(store: Store) -> dict[tuple[str, str, str, str], tuple[float, float]]:
+    """(workload key, platform key, knobs JSON, host) -> the bytes of files and the read calls the
+    worker itself made per measured item (``process.run.read_*``), means over its cells: what the
+    data path carries."""
+    items = _items_per_cell(store)
+    found: dict[tuple[str, str, str, str], list[tuple[float, float]]] = defaultdict(list)
+    values: dict[str, dict[str, float]] = defaultdict(dict)
+    for cell_id, metric, value in store.conn.execute(
+            "SELECT cell_id, metric, value FROM metrics WHERE metric IN "
+            "('process.run.read_bytes', 'process.run.read_calls')"):
+        values[cell_id][metric] = value
+    for cell in store.cells():
+        count, own = items.get(cell["cell_id"]), values.get(cell["cell_id"], {})
+        if cell["status"] == "ok" and count and len(own) == 2:
+            found[(cell["workload_key"], cell["platform_key"], json.dumps(cell["knobs"], sort_keys=True),
+                   host_of(cell["platform_info"]))].append(
+                (own["process.run.read_bytes"] / count, own["process.run.read_calls"] / count))
+    return {key: (sum(b for b, _ in v) / len(v), sum(c for _, c in v) / len(v)) for key, v in found.items()}
 
 
 def _unit_cost(data: dict[CellKey, dict[str, list[float]]], mech: Mechanism, platform_key: str,

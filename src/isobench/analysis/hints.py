@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from isobench.analysis import evidence as ev
-from isobench.analysis.attribution import INJECTION_KNOBS, Mechanism
+from isobench.analysis.attribution import INJECTION_KNOBS, Mechanism, reads_per_item
 from isobench.analysis.compare import Comparison, phase_attribution
 from isobench.analysis.views import Context
 from isobench.analysis.views.faults import fault_table_id, shared_library_share
@@ -105,6 +105,10 @@ def optimizer(ctx: Context) -> list[Hint]:
     return hints
 
 
+#: file reads per item below which the data path cannot hold a phase's extra time: under a page and
+#: under one read call every other item (resnet-infer reads one ~3 KB JPEG per item in 2 calls: in play)
+FEW_BYTES_READ = 4096
+FEW_READ_CALLS = 0.5
 #: ``data_mount`` values that put the data set inside the platform: the data-path intervention
 DATA_INSIDE = {"copy": "copied in", "volume": "on a volume"}
 
@@ -114,8 +118,10 @@ def fetch_stall(ctx: Context) -> list[Hint]:
     platform with its data inside it (``data_mount: copy`` or ``volume``) is the test: the hint
     is confirmed when that entry's phase grows clearly less (its interval below the other's), refuted
     when it still grows and under half the phase's extra time is gone; otherwise it stays suspected. An
-    entry that already has its data inside is never told to copy it in."""
+    entry that already has its data inside is never told to copy it in, nor one whose workload reads
+    (almost) no file data per item by its own count (resnet-infer decodes JPEGs held in memory)."""
     hints = []
+    reads = reads_per_item(ctx.store)
     for c in _e2e(ctx):
         if not c.significant or c.ratio <= 1:
             continue
@@ -137,6 +143,13 @@ def fetch_stall(ctx: Context) -> list[Hint]:
             hints.append(Hint("data-path", f"{grows}, with the data already {inside}: not the data path; the phase's "
                                            "own work (memory management, system calls) costs more on this platform "
                                            "(not tested).", figure))
+            continue
+        read = reads.get((c.workload, c.label, json.dumps(c.knobs, sort_keys=True), c.host))
+        if read is not None and read[0] < FEW_BYTES_READ and read[1] < FEW_READ_CALLS:
+            hints.append(Hint("data-path", f"{grows}, yet it reads {read[0]:,.0f} bytes of files in {read[1]:.2f} "
+                                           "read calls per item (counted by the workload itself): not the data path; "
+                                           "the phase's own work (memory management, system calls) costs more on "
+                                           "this platform (not tested).", figure))
             continue
         tested = [p for p in ctx.comparisons if p.metric == stall.metric and p.workload == c.workload
                   and p.host == c.host and ctx.same_engine(p.label, c.label) and not p.is_aa

@@ -248,7 +248,7 @@ def settle(outcome: Any, driver: HostDriver | None) -> None:
         # Every fact a workload noted (timing mode, epochs, torch threads, ...) is kept with the cell.
         # (the page-fault counts are stored as metrics: store/sqlite.py, process_fault_metrics)
         facts = {k: v for k, v in outcome.done.items()
-                 if k not in ("type", "items", "run_s", "metrics", "info", "faults", "run_faults")}
+                 if k not in ("type", "items", "run_s", "metrics", "info", "faults", "run_faults", "run_reads")}
         facts.update(outcome.done.get("info") or {})
         if facts:
             outcome.platform_info["workload"] = facts

@@ -122,13 +122,22 @@ def workload_metrics(done: dict[str, Any] | None) -> list[tuple[str, float, str]
 #: done-record key -> metric prefix: the worker's own page faults from its process's start, and
 #: those of the measured window (workloads/channel.py, process_faults)
 PROCESS_FAULTS = {"faults": "process.page_faults", "run_faults": "process.run.page_faults"}
+#: the worker's own file reads over the measured window (workloads/channel.py, process_reads)
+PROCESS_READS = {"bytes": ("process.run.read_bytes", "bytes"), "calls": ("process.run.read_calls", "calls")}
 
 
 def process_fault_metrics(done: dict[str, Any] | None) -> list[tuple[str, float, str]]:
     """``process.page_faults_minor``/``_major`` (and ``process.run.*`` for the measured window),
     as the worker counted them itself: the same window on every platform, where a probe attaches
-    to a container only after its start. None where the kernel keeps no counts (gVisor)."""
+    to a container only after its start. None where the kernel keeps no counts (gVisor). And
+    ``process.run.read_bytes``/``read_calls``: the worker's own file reads over the window."""
     rows = []
+    reads = (done or {}).get("run_reads")
+    if isinstance(reads, dict):
+        for key, (name, unit) in PROCESS_READS.items():
+            number = reads.get(key)
+            if isinstance(number, int | float) and not isinstance(number, bool) and number >= 0:
+                rows.append((name, float(number), unit))
     for key, prefix in PROCESS_FAULTS.items():
         counts = (done or {}).get(key)
         if not isinstance(counts, dict):

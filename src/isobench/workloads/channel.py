@@ -63,6 +63,18 @@ def process_faults() -> dict[str, int] | None:
     return {"minor": minor, "major": major} if minor > 0 else None
 
 
+def process_reads() -> dict[str, int] | None:
+    """This process's file reads so far (``/proc/self/io``): ``bytes`` read by read-like system calls
+    (page cache hits included) and ``calls``. Read inside the cell, so gVisor's kernel (which keeps
+    these) counts the workload's own reads, not its gofer's. None where the file is missing."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/self/io").read_text().splitlines() if ":" in line)
+        # gVisor's kernel (2024-07-29) names the byte count "char:" where Linux writes "rchar:"
+        return {"bytes": int(fields.get("rchar", fields.get("char"))), "calls": int(fields["syscr"])}
+    except (OSError, KeyError, ValueError, TypeError):
+        return None
+
+
 def claim_stdout_for_records() -> IO[str]:
     """Return a text stream on the original stdout and send fd 1 to stderr."""
     record_fd = os.dup(1)
@@ -94,8 +106,9 @@ class CellContext:
         self._lock = threading.Lock()
         self._flushed_at = time.perf_counter()
         self._notes: dict[str, Any] = {}
-        #: the process's page faults when the measured window opened (process_faults)
+        #: the process's page faults and file reads when the measured window opened
         self._faults_at_window: dict[str, int] | None = None
+        self._reads_at_window: dict[str, int] | None = None
 
     def emit(self, record: dict[str, Any]) -> None:
         self._flush_items()  # records keep their order: items first
@@ -152,6 +165,7 @@ class CellContext:
         if self.cell.get("start_line"):
             record = {**record, "start_line_wait_s": self._start_line_wait}
         self._faults_at_window = process_faults()
+        self._reads_at_window = process_reads()
         if self._faults_at_window is not None:
             record = {**record, "faults": self._faults_at_window}
         self.emit(record)
@@ -193,8 +207,11 @@ class CellContext:
 
     def finish(self, **extra: Any) -> None:
         run_s = time.perf_counter() - self._run_started if self._run_started else None
+        reads = process_reads()
+        window_reads = ({"run_reads": {k: reads[k] - self._reads_at_window[k] for k in reads}}
+                        if reads is not None and self._reads_at_window is not None else {})
         self.emit({"type": "done", "items": self._items, "run_s": run_s, **self._notes, **extra,
-                   **self._fault_counts()})
+                   **self._fault_counts(), **window_reads})
 
     def _fault_counts(self) -> dict[str, Any]:
         """The done record's ``faults`` (from the process's start) and ``run_faults`` (since the
