@@ -107,6 +107,12 @@ def test_a_cpu_quota_is_put_on_throttling_and_removing_it_confirms_it(ground_tru
     figure = why_table_id("cpu-spin", "quota", {"cpus": 0.6})
     hint = next(h for h in rows["hints"] if h.rule == "mechanism-throttling" and h.figure == figure)  # type: ignore[attr-defined]
     assert hint.status == "confirmed" and "without cpus" in hint.text, hint.text
+    # the runner counts the host context switches of the cell's threads over the window: a throttled
+    # cell is switched out at every period it runs out of quota (evidence only: not priced)
+    switches = rows["switches"]
+    assert switches.explained is None and switches.missing.startswith("evidence only")  # type: ignore[attr-defined]
+    assert switches.n_platform.mean > 2 * switches.n_baseline.mean + 0.05, (  # type: ignore[attr-defined]
+        switches.n_baseline, switches.n_platform)  # type: ignore[attr-defined]
 
 
 def test_the_summary_says_in_one_line_what_each_mechanism_explains(ground_truth: Path) -> None:

@@ -76,8 +76,9 @@ def evidence_needed(attributions: list[Attribution]) -> Evidence:
         for row in lacking:
             if row.n_baseline is None and row.mechanism.count_probe:
                 needed.probes.add(row.mechanism.count_probe)
-            if row.c_baseline is None or row.c_platform is None:
+            if row.mechanism.unit_workload and (row.c_baseline is None or row.c_platform is None):
                 needed.unit_workloads.add(row.mechanism.unit_workload)
+        lacking = [row for row in lacking if row.mechanism.unit_workload or row.mechanism.count_probe]
         if lacking:
             needed.workloads.add(a.comparison.workload)
             needed.entries.add(a.comparison.label)

@@ -80,6 +80,11 @@ MECHANISMS: tuple[Mechanism, ...] = (
     Mechanism("throttling", "CFS throttling", "throttled", "cpu.throttled_per_item", None, None, None, None,
               interventions=(({"cpus": None}, "without the CPU quota the cell is never throttled"),),
               per_item=True, fixed_cost=1.0, hidden_by_own_kernel=False, count_scale=1e3, count_unit="ms", plural=False),
+    # evidence only: every thread of the cell's cgroup (a sandbox's own threads too), counted by the
+    # runner over the window; no microbenchmark prices a switch yet (its cost is mostly the caches
+    # it cools, which a tight loop cannot see), so the row shows the counts and prices nothing
+    Mechanism("switches", "host context switches", "switch", "cpu.switches_per_item", None, None, None, None,
+              per_item=True, hidden_by_own_kernel=False),
 )
 
 #: knobs that only inject work (ground truth), never part of what an entry is
@@ -254,6 +259,8 @@ def attribute(store: Store, comparisons: list[Comparison], baseline_key: str) ->
             if row.n_baseline is None:
                 row.missing = (f"{mech.name} not counted (add the {mech.count_probe} probe)" if mech.count_probe
                                else f"{mech.name} not counted here")
+            elif mech.unit_workload is None and mech.fixed_cost is None:
+                row.missing = "evidence only: nothing prices one yet"
             elif row.c_baseline is None or row.c_platform is None:
                 row.missing = f"unit cost not measured (add workload {mech.unit_workload} to the study)"
             else:

@@ -51,6 +51,9 @@ class Snapshot:
     peer_percpu_ns: list[int] = field(default_factory=list)
     #: the cell's CFS throttled time so far, ns (cpu.stat; None: no cpu controller to read)
     throttled_ns: int | None = None
+    #: thread id -> its context switches so far (voluntary and not), every thread of the cell's
+    #: cgroup: a sandbox's own threads (gVisor's Sentry) included; None: no cgroup to list
+    switches: dict[int, int] | None = None
 
 
 def read_stat(text: str | None = None) -> dict[int, tuple[int, int]]:
@@ -106,6 +109,27 @@ def _throttled_ns(cgroups: dict[str, Path]) -> int | None:
     return int(fields["throttled_usec"]) * 1000 if "throttled_usec" in fields else None
 
 
+def _switches(cgroups: dict[str, Path]) -> dict[int, int] | None:
+    """Context switches so far of each thread in the cell's cgroup (``tasks`` in v1,
+    ``cgroup.threads`` in v2); a thread that ends before it is read is left out."""
+    directory = cgroups.get("cpuacct") or cgroups.get("cpu") or cgroups.get("unified")
+    if directory is None:
+        return None
+    listing = directory / ("tasks" if (directory / "tasks").exists() else "cgroup.threads")
+    try:
+        tids = [int(t) for t in listing.read_text().split()]
+    except (OSError, ValueError):
+        return None
+    found = {}
+    for tid in tids:
+        try:
+            text = Path(f"/proc/{tid}/status").read_text()
+        except OSError:
+            continue
+        found[tid] = sum(int(line.split()[1]) for line in text.splitlines() if "ctxt_switches:" in line)
+    return found
+
+
 def snapshot(cgroups: dict[str, Path] | None, peers: list[dict[str, Path]] | None = None) -> Snapshot:
     total, percpu = _cell_cpu(cgroups or {})
     peer: list[int] = []
@@ -116,7 +140,7 @@ def snapshot(cgroups: dict[str, Path] | None, peers: list[dict[str, Path]] | Non
         elif len(theirs) == len(peer):
             peer = [a + b for a, b in zip(peer, theirs, strict=True)]
     return Snapshot(time.monotonic(), read_stat(), read_schedstat(), total, percpu, peer,
-                    _throttled_ns(cgroups or {}))
+                    _throttled_ns(cgroups or {}), _switches(cgroups or {}))
 
 
 def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
@@ -148,6 +172,9 @@ def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
             result["other_cpu_s"] = max(0.0, busy - on_cores)
     if start.throttled_ns is not None and end.throttled_ns is not None and items:
         result["throttled_per_item_s"] = max(0, end.throttled_ns - start.throttled_ns) / 1e9 / items
+    if start.switches is not None and end.switches and items:  # a thread born in the window counts from 0
+        switched = sum(count - start.switches.get(tid, 0) for tid, count in end.switches.items())
+        result["switches_per_item"] = max(0, switched) / items
     if sampled_runq is not None:
         result["runq"] = sampled_runq
         result["runq_source"] = "procs_running, host-wide"
@@ -218,6 +245,8 @@ def metrics(accounting: dict[str, Any]) -> list[tuple[str, float, str]]:
         rows.append(("cpu.per_item", accounting["cpu_per_item_s"], "s"))
     if "throttled_per_item_s" in accounting:
         rows.append(("cpu.throttled_per_item", accounting["throttled_per_item_s"], "s"))
+    if "switches_per_item" in accounting:
+        rows.append(("cpu.switches_per_item", accounting["switches_per_item"], "switches"))
     for key, unit in (("steal_s", "s"), ("other_cpu_s", "s"), ("runq", "tasks"), ("lost_share", "")):
         if key in accounting:
             rows.append((f"interference.{key.removesuffix('_s')}", float(accounting[key]), unit))

@@ -49,8 +49,8 @@ def why_rows(a: Attribution) -> list[list[str]]:
         scale, unit = mech.count_scale, mech.count_unit
         counts = f"{_count(row.n_baseline, scale, unit)} → {_count(row.n_platform, scale, unit)}" + (
             " (assumed)" if row.assumed else "")
-        costs = "1 s per s, on any platform" if mech.fixed_cost is not None else \
-            f"{_cost(row.c_baseline)} → {_cost(row.c_platform)}"
+        costs = "1 s per s, on any platform" if mech.fixed_cost is not None else "not priced" \
+            if mech.unit_workload is None else f"{_cost(row.c_baseline)} → {_cost(row.c_platform)}"
         if row.explained is None:
             rows.append([mech.name, counts, costs, "n/a", "n/a", row.missing])
             continue
@@ -94,6 +94,9 @@ def why_lines(attributions: list[Attribution], directory: str = "DIR") -> list[s
                  for r in a.measured if r.explained is not None and a.added > 0
                  and abs(r.explained.mean / a.added) >= 0.005]  # a mechanism that adds nothing is left out
         parts.append(f"not explained {a.rest.mean * 1e3:.2f} ms ({a.rest.mean / a.added:.0%})")
+        parts += [f"{r.mechanism.name} {r.n_baseline.mean:,.0f} → {r.n_platform.mean:,.0f} per item (not priced)"
+                  for r in a.rows if r.explained is None and r.n_baseline is not None and r.n_platform is not None
+                  and r.n_platform.mean > 1.5 * r.n_baseline.mean + 1]
         lines.append(f"{c.workload} on {c.platform} adds {a.added * 1e3:.2f} ms per item: {', '.join(parts)} "
                      f"(table {why_table_id(c.workload, c.label, c.knobs)})")
     if unpriced:
