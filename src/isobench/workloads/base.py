@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from isobench.workloads.channel import CellContext
@@ -21,6 +21,14 @@ class WorkloadParams(BaseModel):
     """Base for each workload's parameters: unknown keys are errors, not silently ignored."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoopParams(WorkloadParams):
+    """A one-phase microbenchmark's size: so many items a cell, or so many seconds, whichever is longer."""
+
+    iterations: int = Field(20, ge=1, le=100_000, description="timed items per cell")
+    min_seconds: float = Field(0.0, ge=0, le=7 * 86400,
+                               description="go on until at least this long (whichever is longer)")
 
 
 class Workload(ABC):

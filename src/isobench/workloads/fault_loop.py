@@ -13,17 +13,14 @@ from __future__ import annotations
 from pydantic import Field
 
 from isobench.workloads import WORKLOADS
-from isobench.workloads.base import Workload, WorkloadParams
+from isobench.workloads.base import LoopParams, Workload
 from isobench.workloads.channel import CellContext
 from isobench.workloads.mechanisms import page_writer, touch_fresh_pages
 from isobench.workloads.timing import timed_items
 
 
-class FaultLoopParams(WorkloadParams):
-    iterations: int = Field(20, ge=1, le=100_000, description="timed items per cell")
+class FaultLoopParams(LoopParams):
     pages: int = Field(2000, ge=1, le=10**7, description="fresh pages touched per item: one minor fault each")
-    min_seconds: float = Field(0.0, ge=0, le=7 * 86400,
-                               description="go on until at least this long (whichever is longer)")
 
 
 @WORKLOADS.register("fault-loop")

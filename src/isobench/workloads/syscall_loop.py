@@ -11,17 +11,14 @@ from __future__ import annotations
 from pydantic import Field
 
 from isobench.workloads import WORKLOADS
-from isobench.workloads.base import Workload, WorkloadParams
+from isobench.workloads.base import LoopParams, Workload
 from isobench.workloads.channel import CellContext
 from isobench.workloads.mechanisms import make_syscalls
 from isobench.workloads.timing import timed_items
 
 
-class SyscallLoopParams(WorkloadParams):
-    iterations: int = Field(20, ge=1, le=100_000, description="timed items per cell")
+class SyscallLoopParams(LoopParams):
     calls: int = Field(2000, ge=1, le=10**8, description="getppid() system calls per item")
-    min_seconds: float = Field(0.0, ge=0, le=7 * 86400,
-                               description="go on until at least this long (whichever is longer)")
 
 
 @WORKLOADS.register("syscall-loop")
