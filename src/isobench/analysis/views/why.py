@@ -83,23 +83,30 @@ def why(ctx: Context) -> list[View]:
 
 
 def why_lines(attributions: list[Attribution], directory: str = "DIR") -> list[str]:
-    """One sentence per resolved overhead that a mechanism prices, and one for those none does."""
-    lines, unpriced = [], []
+    """One sentence per resolved overhead: what each priced mechanism explains (a fixed-cost one that
+    adds nothing is left out), which could be priced and are not, the rest, and the counts that
+    jumped without a price."""
+    lines = []
     for a in attributions:
         c = a.comparison
-        if not a.measured or a.rest is None:
-            unpriced.append(f"{c.workload} on {c.platform}")
-            continue
-        parts = [f"{r.mechanism.name} {r.explained.mean * 1e3:.2f} ms ({r.explained.mean / a.added:.0%})"
-                 for r in a.measured if r.explained is not None and a.added > 0
-                 and abs(r.explained.mean / a.added) >= 0.005]  # a mechanism that adds nothing is left out
-        parts.append(f"not explained {a.rest.mean * 1e3:.2f} ms ({a.rest.mean / a.added:.0%})")
+        parts = []
+        for r in a.rows:
+            if r.explained is None or a.added <= 0:
+                continue
+            share = r.explained.mean / a.added
+            if r.mechanism.fixed_cost is not None and abs(share) < 0.005:
+                continue
+            parts.append(f"{r.mechanism.name} {r.explained.mean * 1e3:.2f} ms ({share:.0%})")
+        unpriced = [r.mechanism.name for r in a.rows if r.explained is None
+                    and (r.mechanism.unit_workload or r.mechanism.count_probe)]
+        if unpriced:
+            parts.append(f"{' and '.join(unpriced)} not priced (`isobench explain {directory}` prices them)")
+        if a.rest is not None:
+            by = " by what was priced" if unpriced else ""
+            parts.append(f"not explained{by} {a.rest.mean * 1e3:.2f} ms ({a.rest.mean / a.added:.0%})")
         parts += [f"{r.mechanism.name} {r.n_baseline.mean:,.0f} → {r.n_platform.mean:,.0f} per item (not priced)"
                   for r in a.rows if r.explained is None and r.n_baseline is not None and r.n_platform is not None
                   and r.n_platform.mean > 1.5 * r.n_baseline.mean + 1]
         lines.append(f"{c.workload} on {c.platform} adds {a.added * 1e3:.2f} ms per item: {', '.join(parts)} "
                      f"(table {why_table_id(c.workload, c.label, c.knobs)})")
-    if unpriced:
-        lines.append(f"no mechanism is priced for {'; '.join(unpriced)}: the study lacks the microbenchmarks "
-                     f"(syscall-loop, fault-loop) or the syscalls probe; `isobench explain {directory}` adds them")
     return lines
