@@ -10,9 +10,9 @@ in the cell's measured window and divided by the items measured there, and ``c``
 event costs on that entry, measured on the same host in the same study by the mechanism's
 microbenchmark (``syscall-loop``, ``fault-loop``): its own phase per item over the events it
 makes per item (its ``injected`` phase, if any, is left out, so an entry with injected work still
-has a clean unit cost). The interval is the delta method's (normal, 95%) from the per-cell spread
-of every term; the share divides it by the added time's own interval, so it is wide when either
-is. What the mechanisms do not explain is the rest, shown as such, never spread over them.
+has a clean unit cost). The interval is the delta method's from the per-cell spread of every
+term (95%, Student's t on the fewest cells of any term); the share divides it by the added time's
+own interval, so it is wide when either is. What the mechanisms do not explain is the rest, shown as such, never spread over them.
 
 Where the platform runs its own kernel (gVisor's Sentry, a VM's guest), host-side counts are that
 kernel's work, not the workload's: the workload's own counts are taken from the baseline (the same
@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from isobench.analysis.compare import Comparison, host_of
+from isobench.analysis.tdist import t_ppf
 from isobench.store import Store
 
-#: two-sided 95% normal quantile: the intervals here are delta-method approximations
+#: two-sided 95% normal quantile, for an interval with unlimited degrees of freedom; the intervals
+#: here are delta-method approximations with Student's t on the fewest degrees of freedom involved
 Z95 = 1.959964
 
 
@@ -95,9 +97,17 @@ INJECTION_KNOBS = frozenset({m.inject_knob for m in MECHANISMS if m.inject_knob}
 class Estimate:
     mean: float
     se: float
+    #: degrees of freedom behind ``se`` (cells less one; a combination takes its terms' fewest):
+    #: a handful of cells needs Student's t, not the normal quantile
+    df: float = math.inf
 
     def interval(self) -> tuple[float, float]:
-        return self.mean - Z95 * self.se, self.mean + Z95 * self.se
+        if self.se == 0:
+            return self.mean, self.mean
+        if self.df < 1 or math.isinf(self.se):
+            return -math.inf, math.inf
+        q = t_ppf(0.975, self.df) if math.isfinite(self.df) else Z95
+        return self.mean - q * self.se, self.mean + q * self.se
 
 
 @dataclass
@@ -138,9 +148,9 @@ def _estimate(values: list[float]) -> Estimate | None:
         return None
     mean = sum(values) / len(values)
     if len(values) < 2:
-        return Estimate(mean, math.inf)
+        return Estimate(mean, math.inf, 0)
     var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return Estimate(mean, math.sqrt(var / len(values)))
+    return Estimate(mean, math.sqrt(var / len(values)), len(values) - 1)
 
 
 #: (workload plugin or key, platform key, knobs JSON, params JSON, host) -> metric -> per-cell values
@@ -230,7 +240,7 @@ def _unit_cost(data: dict[CellKey, dict[str, list[float]]], mech: Mechanism, pla
 
 
 def _product(n: Estimate, c: Estimate) -> Estimate:
-    return Estimate(n.mean * c.mean, math.sqrt((c.mean * n.se) ** 2 + (n.mean * c.se) ** 2))
+    return Estimate(n.mean * c.mean, math.sqrt((c.mean * n.se) ** 2 + (n.mean * c.se) ** 2), min(n.df, c.df))
 
 
 def attribute(store: Store, comparisons: list[Comparison], baseline_key: str) -> list[Attribution]:
@@ -267,19 +277,21 @@ def attribute(store: Store, comparisons: list[Comparison], baseline_key: str) ->
                 assert row.n_platform is not None
                 if row.assumed:  # one count on both sides: only the unit cost differs
                     diff = Estimate(row.c_platform.mean - row.c_baseline.mean,
-                                    math.hypot(row.c_platform.se, row.c_baseline.se))
+                                    math.hypot(row.c_platform.se, row.c_baseline.se),
+                                    min(row.c_platform.df, row.c_baseline.df))
                     row.explained = _product(row.n_baseline, diff)
                 else:
                     one, other = _product(row.n_platform, row.c_platform), _product(row.n_baseline, row.c_baseline)
-                    row.explained = Estimate(one.mean - other.mean, math.hypot(one.se, other.se))
+                    row.explained = Estimate(one.mean - other.mean, math.hypot(one.se, other.se), min(one.df, other.df))
                 low, high = row.explained.interval()
                 if added > 0 and result.added_low > 0:
                     row.share = (row.explained.mean / added, low / result.added_high, high / result.added_low)
             result.rows.append(row)
         if result.measured:
             added_se = (result.added_high - result.added_low) / (2 * Z95)
-            result.rest = Estimate(added - sum(r.explained.mean for r in result.measured if r.explained),
-                                   math.sqrt(added_se ** 2 + sum(r.explained.se ** 2 for r in result.measured
-                                                                  if r.explained)))
+            explained = [r.explained for r in result.measured if r.explained is not None]
+            result.rest = Estimate(added - sum(e.mean for e in explained),
+                                   math.sqrt(added_se ** 2 + sum(e.se ** 2 for e in explained)),
+                                   min([c.n - 1, *(e.df for e in explained)]))
         found.append(result)
     return found
