@@ -121,7 +121,7 @@ def fetch_stall(ctx: Context) -> list[Hint]:
     entry that already has its data inside is never told to copy it in, nor one whose workload reads
     (almost) no file data per item by its own count (resnet-infer decodes JPEGs held in memory)."""
     hints = []
-    reads = reads_per_item(ctx.store)
+    reads: dict[tuple[str, str, str, str], tuple[float, float]] | None = None  # read once, where needed
     for c in _e2e(ctx):
         if not c.significant or c.ratio <= 1:
             continue
@@ -144,6 +144,7 @@ def fetch_stall(ctx: Context) -> list[Hint]:
                                            "own work (memory management, system calls) costs more on this platform "
                                            "(not tested).", figure))
             continue
+        reads = reads if reads is not None else reads_per_item(ctx.store)
         read = reads.get((c.workload, c.label, json.dumps(c.knobs, sort_keys=True), c.host))
         if read is not None and read[0] < FEW_BYTES_READ and read[1] < FEW_READ_CALLS:
             hints.append(Hint("data-path", f"{grows}, yet it reads {read[0]:,.0f} bytes of files in {read[1]:.2f} "
