@@ -60,12 +60,16 @@ DOCKERD_LOG=/var/log/isobench-dockerd.log
 DOCKERD_PIDFILE=/var/run/docker.pid
 engine_answers() { docker info >/dev/null 2>&1; }
 
-# Wait up to $1 seconds for the engine to answer; give up early once no dockerd is left.
+# Wait up to $1 seconds for the engine to answer; give up early once the daemon is gone: the
+# process $2 when given (the one this script started), else any dockerd. The pid, not the name:
+# just after the launch the child may still be setsid or nohup, not yet dockerd, and a name
+# check then reads "no dockerd left" before it has started (the CI failure of stop 36).
 wait_for_engine() {
-  local deadline=$((SECONDS + $1))
+  local deadline=$((SECONDS + $1)) pid="${2:-}"
   while ((SECONDS < deadline)); do
     engine_answers && return 0
-    pgrep -x dockerd >/dev/null || return 1
+    if [[ -n $pid ]]; then kill -0 "$pid" 2>/dev/null || return 1
+    else pgrep -x dockerd >/dev/null || return 1; fi
     sleep 0.5
   done
   return 1
@@ -91,8 +95,11 @@ start_docker() {
   mkdir -p "$(dirname "$DOCKERD_LOG")"
   # Detached (own session, no inherited stdio) so it outlives this script without holding its pipes.
   setsid nohup dockerd --iptables=false --bridge=none </dev/null >"$DOCKERD_LOG" 2>&1 &
-  wait_for_engine 120 && return
-  log "dockerd did not come up; the end of $DOCKERD_LOG:"
+  local pid=$!
+  wait_for_engine 120 "$pid" && return
+  local status="still not answering after 120 s"
+  kill -0 "$pid" 2>/dev/null || { wait "$pid" && status="exited with 0" || status="exited with $?"; }
+  log "dockerd did not come up ($status); disk: $(df -h --output=avail /var/lib 2>/dev/null | tail -1 | tr -d ' ') free under /var/lib; the end of $DOCKERD_LOG:"
   tail -n 15 "$DOCKERD_LOG" >&2 || true
   exit 1
 }
