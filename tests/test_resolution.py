@@ -384,8 +384,12 @@ def test_slowdown_knob_adds_its_fraction_inside_the_timed_items(tmp_path: Path) 
     result = run_cli("run", str(study), "--out", str(out), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     store = Store.open(out)
-    rows = store.conn.execute("SELECT c.platform_key, p.item, p.phase, p.seconds FROM phases p "
-                              "JOIN cells c USING (cell_id)").fetchall()
+    key_of = {c["cell_id"]: c["platform_key"] for c in store.cells(include_warmup=True)}
+    rows = [(key_of[cell_id], item, phase, seconds)
+            for cell_id, table in store.items().items()
+            for row in table.to_pylist()
+            for item in [row["item"]]
+            for phase, seconds in row.items() if phase != "item" and seconds is not None]
     store.close()
     slow = {(item, phase): seconds for key, item, phase, seconds in rows if key == "slow"}
     assert not [r for r in rows if r[0] == "baremetal" and r[2] == "injected"]  # only where asked

@@ -19,6 +19,7 @@ from isobench.runner.drivers import percentile
 from isobench.runner.execute import platform_for, run_cell
 from isobench.runner.setup import prepare_data
 from isobench.runner.study import run_study
+from isobench.store import Store
 from isobench.study.model import PlatformEntry
 from isobench.studyfile import load_study_text
 from isobench.workloads.serving import parse_server_timing, server_timing_header
@@ -79,10 +80,11 @@ def test_train_then_deploy_and_serve_on_bare_metal_and_docker(tmp_path: Path) ->
         assert metrics["workload.client.throughput"] > 0 and metrics["workload.client.concurrency"] == 3
         for phase in ("connect", "inference", "transport", "preprocess"):
             assert metrics[f"phase.{phase}"] > 0
-        rows = db.execute("SELECT item, phase, seconds FROM phases WHERE cell_id = ?", (serve["cell_id"],))
-        by_item: dict[int, dict[str, float]] = {}
-        for item, phase, seconds in rows:
-            by_item.setdefault(item, {})[phase] = seconds
+        store = Store.open(out)
+        (table,) = store.items(serve["cell_id"]).values()
+        store.close()
+        by_item = {row.pop("item"): {k: v for k, v in row.items() if v is not None} for row in table.to_pylist()}
+        assert len(by_item) == 24
         for phases in by_item.values():  # connect + server phases + transport is the client's e2e
             assert sum(v for k, v in phases.items() if k != "e2e") == pytest.approx(phases["e2e"], rel=1e-6)
     from isobench.liveness import runner_tag

@@ -56,22 +56,24 @@ def test_every_older_version_has_a_migration() -> None:
 
 
 def test_an_older_store_is_migrated_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """As version 2 will do it: a step from 1 to 2 runs once, with the new version number."""
+    """As the next version will do it: a step from this version to the next runs once, with the
+    new version number."""
     directory = _store(tmp_path / "study")
     steps: list[int] = []
+    now, after = SCHEMA_VERSION, SCHEMA_VERSION + 1
 
-    def to_2(conn: object) -> None:
-        steps.append(1)
+    def step(conn: object) -> None:
+        steps.append(now)
         conn.execute("ALTER TABLE cells ADD COLUMN note TEXT")  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(MIGRATIONS, 1, to_2)
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", after)
+    monkeypatch.setitem(MIGRATIONS, now, step)
     store = Store.open(directory)
-    assert steps == [1] and store.meta("schema_version") == "2"
+    assert steps == [now] and store.meta("schema_version") == str(after)
     assert "note" in [row[1] for row in store.conn.execute("PRAGMA table_info(cells)")]
     store.close()
     Store.open(directory).close()
-    assert steps == [1]
+    assert steps == [now]
 
 
 def test_a_failed_migration_leaves_the_store_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,13 +83,13 @@ def test_a_failed_migration_leaves_the_store_as_it_was(tmp_path: Path, monkeypat
         conn.execute("ALTER TABLE cells ADD COLUMN note TEXT")  # type: ignore[attr-defined]
         raise RuntimeError("migration bug")
 
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(MIGRATIONS, 1, broken)
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setitem(MIGRATIONS, SCHEMA_VERSION, broken)
     with pytest.raises(RuntimeError, match="migration bug"):
         Store.open(directory)
     monkeypatch.undo()
     store = Store.open(directory)
-    assert store.meta("schema_version") == "1"
+    assert store.meta("schema_version") == str(SCHEMA_VERSION)
     assert "note" not in [row[1] for row in store.conn.execute("PRAGMA table_info(cells)")]
     store.close()
 

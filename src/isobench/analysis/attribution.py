@@ -198,7 +198,7 @@ def _per_cell(store: Store) -> tuple[dict[CellKey, dict[str, list[float]]], set[
 
 
 def _items_per_cell(store: Store) -> dict[str, int]:
-    return dict(store.conn.execute("SELECT cell_id, COUNT(DISTINCT item) FROM phases GROUP BY cell_id"))
+    return store.item_counts()
 
 
 def reads_per_item(store: Store) -> dict[tuple[str, str, str, str], tuple[float, float]]:

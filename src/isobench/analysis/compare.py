@@ -92,7 +92,7 @@ class Comparison:
     unit: str
     method: str
     is_aa: bool
-    #: percentile bootstrap interval by repetition, beside Welch's
+    #: percentile bootstrap interval by repetition, beside Welch's (e2e only: BOOTSTRAPPED)
     boot_low: float | None = None
     boot_high: float | None = None
     #: Holm-adjusted p-value across the study's comparisons of this metric (A/A excluded)
@@ -207,57 +207,73 @@ def _merge_versions(into: dict[str, str], found: dict[str, str]) -> None:
 
 
 def load_groups(store: Store) -> list[Group]:
-    cells = [(r["cell_id"], r["status"], json.loads(r["platform_info"]) if r["platform_info"] else {})
-             for r in store.conn.execute("SELECT cell_id, status, platform_info FROM cells WHERE warmup = 0")]
-    excluded, fate = screen(cells)
+    """The groups of the store's finished cells; built once per state of the store and shared
+    between the analysis' readers (read-only)."""
+    return store.memo("groups", lambda: _load_groups(store))
+
+
+def _load_groups(store: Store) -> list[Group]:
+    """One pass over the cells (each cell's JSON parsed once) and one over the metrics, in bulk:
+    a store of thousands of cells holds hundreds of thousands of metric rows."""
+    cells = store.cells()
+    excluded, fate = screen([(c["cell_id"], c["status"], c["platform_info"] or {}) for c in cells])
+    metrics = store.metrics_by_cell()
     groups: dict[tuple[str, ...], Group] = {}
-    for row in store.metric_rows():
-        if row["warmup"] or row["cell_id"] in excluded:
+    keyed = [(_group_key(cell), cell) for cell in cells]
+    for key, cell in keyed:  # in run order (seq), so every list of a group is too
+        own = metrics.get(cell["cell_id"]) if cell["cell_id"] not in excluded else None
+        if not own:
             continue
-        info = json.loads(row["platform_info"]) if row["platform_info"] else {}
-        host = host_of(info)
-        key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"], host)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = Group(row["workload_key"], json.loads(row["params"]), row["platform"],
-                                        row["platform_key"], row["display"], json.loads(row["knobs"]),
-                                        defaultdict(list), {}, host=host)
-        group.metrics[row["metric"]].append(row["value"])
-        _merge_versions(group.versions, versions_of(info))
-        device = device_of(info)
-        if device:
-            group.devices.add(device)
-        group.reps[row["metric"]].append((row["rep"], row["value"]))
-        duet = info.get("duet") if isinstance(info.get("duet"), dict) else {}
-        group.points[row["metric"]].append(Point(row["rep"], row["value"], row["cell_id"],
-                                                 None if duet.get("pair") is None else str(duet["pair"]),
-                                                 duet.get("partner"),
-                                                 None if duet.get("side") is None else str(duet["side"])))
-        group.units[row["metric"]] = row["unit"]
-        if info.get("emulated"):
-            group.emulated = True
-    for row in store.conn.execute("SELECT cell_id, workload_key, params, platform_key, knobs, platform_info "
-                                  "FROM cells WHERE warmup = 0"):
-        key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"], host_of(row["platform_info"]))
-        if key not in groups:
+            group = groups[key] = Group(cell["workload_key"], cell["params"], cell["platform"],
+                                        cell["platform_key"], cell["display"], cell["knobs"],
+                                        defaultdict(list), {}, host=key[-1])
+        _add_cell(group, cell, cell["platform_info"] or {}, own)
+    for key, cell in keyed:
+        group = groups.get(key)
+        if group is None:
             continue
-        info = json.loads(row["platform_info"]) if row["platform_info"] else {}
+        if cell["cell_id"] in fate:  # excluded, yet its group counts it and why
+            rerun, reason = fate[cell["cell_id"]]
+            group.contaminated += 1
+            group.rerun += rerun
+            group.contamination_reasons.append(reason)
+        if cell["cell_id"] in excluded:
+            continue
+        info = cell["platform_info"] or {}
         shared = (info.get("duet") or {}).get("overlap") if isinstance(info.get("duet"), dict) else None
-        if isinstance(shared, int | float) and row["cell_id"] not in excluded:
-            groups[key].duet_overlaps.append(float(shared))
-        if shared_flag(info) and row["cell_id"] not in excluded:
-            groups[key].shared_contaminated += 1
-        if row["cell_id"] in fate:
-            rerun, reason = fate[row["cell_id"]]
-            groups[key].contaminated += 1
-            groups[key].rerun += rerun
-            groups[key].contamination_reasons.append(reason)
-    for row in store.conn.execute("SELECT cell_id, workload_key, params, platform_key, knobs, platform_info "
-                                  "FROM cells WHERE warmup = 0 AND status != 'ok'"):
-        key = (row["workload_key"], row["params"], row["platform_key"], row["knobs"], host_of(row["platform_info"]))
-        if key in groups and row["cell_id"] not in excluded:  # a failed try that a re-run replaced is no loss
-            groups[key].failed += 1
+        if isinstance(shared, int | float):
+            group.duet_overlaps.append(float(shared))
+        if shared_flag(info):
+            group.shared_contaminated += 1
+        if cell["status"] != "ok":  # a failed try that a re-run replaced is excluded: no loss
+            group.failed += 1
     return list(groups.values())
+
+
+def _group_key(cell: dict[str, Any]) -> tuple[str, ...]:
+    return (cell["workload_key"], json.dumps(cell["params"], sort_keys=True), cell["platform_key"],
+            json.dumps(cell["knobs"], sort_keys=True), host_of(cell["platform_info"] or {}))
+
+
+def _add_cell(group: Group, cell: dict[str, Any], info: dict[str, Any],
+              metrics: list[tuple[str, float, str]]) -> None:
+    _merge_versions(group.versions, versions_of(info))
+    device = device_of(info)
+    if device:
+        group.devices.add(device)
+    if info.get("emulated"):
+        group.emulated = True
+    duet = info.get("duet") if isinstance(info.get("duet"), dict) else {}
+    pair = None if duet.get("pair") is None else str(duet["pair"])
+    side = None if duet.get("side") is None else str(duet["side"])
+    rep, cell_id = cell["rep"], cell["cell_id"]
+    for metric, value, unit in metrics:
+        group.metrics[metric].append(value)
+        group.reps[metric].append((rep, value))
+        group.points[metric].append(Point(rep, value, cell_id, pair, duet.get("partner"), side))
+        group.units[metric] = unit
 
 
 def hosts_of(items: list[Any]) -> list[str]:
@@ -268,6 +284,10 @@ def hosts_of(items: list[Any]) -> list[str]:
 def _baseline_for(group: Group, candidates: list[Group]) -> Group | None:
     return closest_by_knobs(group.knobs, [c for c in candidates
                                           if c.workload == group.workload and c.params == group.params])
+
+
+#: the metrics whose comparisons carry a bootstrap interval (boot_low, boot_high)
+BOOTSTRAPPED = frozenset({"e2e"})
 
 
 def compare(store: Store) -> list[Comparison]:
@@ -294,7 +314,9 @@ def compare(store: Store) -> list[Comparison]:
                 continue
             blocked = estimate(group.points[metric], base.points[metric], group.platform_key)
             est, sample, reference = blocked.estimate, blocked.sample, blocked.reference
-            boot = bootstrap_ratio_ci(sample, reference)
+            # the distribution-free cross-check the report shows beside each e2e interval only: at
+            # thousands of cells, resampling every probe metric cost most of the analysis
+            boot = bootstrap_ratio_ci(sample, reference) if metric in BOOTSTRAPPED else None
             # An A/A is the baseline again in everything but its label (study/aa.py), per knob set.
             entry = entries.get(group.platform_key)
             is_aa = entry is not None and is_aa_group(study, entry, group.knobs, base.knobs)

@@ -131,10 +131,16 @@ def fleet_rows(comparisons: list[Comparison], metrics: tuple[str, ...] | None = 
 
 def _variants(comparisons: list[Comparison]) -> dict[str, set[str]]:
     """workload -> the parameters that vary between its variants (a sweep), to tell rows apart."""
-    params: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for c in comparisons:
-        params[c.workload].append(c.params)
-    return {w: {k for v in ps for k in v if any(o.get(k) != v.get(k) for o in ps)} for w, ps in params.items()}
+    values: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    variants: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for c in comparisons:  # each distinct parameter set once: a study has many comparisons per variant
+        variants[c.workload].setdefault(json.dumps(c.params, sort_keys=True, default=str), c.params)
+    for workload, distinct in variants.items():
+        names = {k for p in distinct.values() for k in p}
+        for p in distinct.values():
+            for k in names:  # a key absent from one variant varies as well (None against a value)
+                values[workload][k].add(json.dumps(p.get(k), sort_keys=True, default=str))
+    return {w: {k for k, seen in vs.items() if len(seen) > 1} for w, vs in values.items()}
 
 
 def variant_of(row: FleetRow | Comparison, varying: dict[str, set[str]]) -> str:

@@ -89,13 +89,14 @@ class Probe(ABC):
 
 
 def series_to_ipc(columns: dict[str, Any]) -> bytes:
-    """Columns -> an Arrow IPC stream (compact, typed, readable by pyarrow/pandas/polars)."""
+    """Columns -> an Arrow IPC stream (compact, typed, readable by pyarrow/pandas/polars; zstd,
+    which a reader undoes by itself)."""
     import pyarrow as pa
 
     table = pa.table({name: pa.array(values) if not isinstance(values, pa.Array) else values
                       for name, values in columns.items()})
     sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
         writer.write_table(table)
     return sink.getvalue()
 

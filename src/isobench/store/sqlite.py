@@ -1,9 +1,13 @@
 """The study store.
 
-One SQLite database (WAL) per study directory. A cell's row, its metrics and its
-per-item phase records are written in one transaction when the cell finishes, so a
-``kill -9`` at any moment loses no finished cell; the cell id is the primary key, so
-no cell is ever recorded twice.
+One SQLite database (WAL) per study directory. A cell's row, its metrics and its per-item
+times are written in one transaction when the cell finishes, so a ``kill -9`` at any moment
+loses no finished cell; the cell id is the primary key, so no cell is ever recorded twice.
+
+Per-item times are one columnar block per cell (``items``: an Arrow IPC stream, zstd, with a
+column ``item`` and one column of seconds per phase, ``e2e`` first), not a row per item and
+phase: a cell's thousands of values cost about 5 bytes each instead of about 110 with their
+row and index (version 1 kept them as rows in ``phases``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from isobench.errors import UserError
 STORE_FILE = "isobench.sqlite"
 #: the store's layout; meta's ``schema_version`` says which one a store was written with. A
 #: store of an older version is migrated when opened (MIGRATIONS); a newer one is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -56,14 +60,11 @@ CREATE TABLE IF NOT EXISTS metrics (
     value REAL NOT NULL,
     unit TEXT NOT NULL,
     PRIMARY KEY (cell_id, metric)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS items (
+    cell_id TEXT PRIMARY KEY REFERENCES cells(cell_id),
+    data BLOB NOT NULL  -- an Arrow IPC stream: item, e2e, one column per phase (items_to_ipc)
 );
-CREATE TABLE IF NOT EXISTS phases (
-    cell_id TEXT NOT NULL REFERENCES cells(cell_id),
-    item INTEGER NOT NULL,
-    phase TEXT NOT NULL,
-    seconds REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS phases_cell ON phases(cell_id);
 CREATE TABLE IF NOT EXISTS series (
     cell_id TEXT NOT NULL REFERENCES cells(cell_id),
     probe TEXT NOT NULL,
@@ -74,10 +75,67 @@ CREATE TABLE IF NOT EXISTS series (
 """
 
 
-#: version v -> the step that turns a store of version v into one of version v + 1 (version 2
-#: adds ``1: _to_2``). The steps run in one transaction with the new version number, before
-#: ``SCHEMA``: a step alters the tables that exist; new tables and indexes come from ``SCHEMA``.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+def items_to_ipc(items: list[dict[str, Any]]) -> bytes:
+    """A cell's item records (``{"i", "e2e", "phases"}``) -> one Arrow IPC stream (zstd): column
+    ``item``, then ``e2e``, then one float64 column per phase in first-seen order; a phase an item
+    did not report is null; a phase called ``item`` or ``e2e`` becomes ``item (phase)``/``e2e (phase)``."""
+    import pyarrow as pa
+
+    names = list(dict.fromkeys(name for item in items for name in item["phases"]))
+    columns: dict[str, Any] = {"item": pa.array([item["i"] for item in items], pa.int32()),
+                               "e2e": pa.array([item["e2e"] for item in items], pa.float64())}
+    for name in names:
+        # a phase named like a fixed column (a script's own "e2e") is kept apart, not lost
+        column = name if name not in columns else f"{name} (phase)"
+        columns[column] = pa.array([item["phases"].get(name) for item in items], pa.float64())
+    return _ipc(pa.table(columns))
+
+
+def _ipc(table: Any) -> bytes:
+    import io
+
+    import pyarrow as pa
+
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def _to_2(conn: sqlite3.Connection) -> None:
+    """Version 1 -> 2: each cell's rows in ``phases`` become one columnar block in ``items``;
+    ``metrics`` loses its separate primary-key index (WITHOUT ROWID)."""
+    import pyarrow as pa
+
+    conn.execute("CREATE TABLE items (cell_id TEXT PRIMARY KEY REFERENCES cells(cell_id), data BLOB NOT NULL)")
+    by_cell: dict[str, dict[int, dict[str, float]]] = {}
+    for cell_id, item, phase, seconds in conn.execute("SELECT cell_id, item, phase, seconds FROM phases "
+                                                      "ORDER BY cell_id, rowid"):
+        by_cell.setdefault(cell_id, {}).setdefault(item, {})[phase] = seconds
+    for cell_id, rows in by_cell.items():
+        names = list(dict.fromkeys(name for phases in rows.values() for name in phases if name != "e2e"))
+        columns: dict[str, Any] = {"item": pa.array(list(rows), pa.int32()),
+                                   "e2e": pa.array([phases.get("e2e") for phases in rows.values()], pa.float64())}
+        for name in names:
+            columns[name] = pa.array([phases.get(name) for phases in rows.values()], pa.float64())
+        conn.execute("INSERT INTO items VALUES (?, ?)", (cell_id, _ipc(pa.table(columns))))
+    conn.execute("DROP TABLE phases")  # its index goes with it
+    conn.execute("ALTER TABLE metrics RENAME TO metrics_v1")
+    conn.execute("""CREATE TABLE metrics (
+    cell_id TEXT NOT NULL REFERENCES cells(cell_id),
+    metric TEXT NOT NULL,
+    value REAL NOT NULL,
+    unit TEXT NOT NULL,
+    PRIMARY KEY (cell_id, metric)
+) WITHOUT ROWID""")
+    conn.execute("INSERT INTO metrics SELECT cell_id, metric, value, unit FROM metrics_v1")
+    conn.execute("DROP TABLE metrics_v1")
+
+
+#: version v -> the step that turns a store of version v into one of version v + 1. The steps run
+#: in one transaction with the new version number, before ``SCHEMA``: a step alters the tables
+#: that exist; new tables and indexes come from ``SCHEMA``.
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _to_2}
 
 
 def cell_metrics(outcome: Any) -> list[tuple[str, float, str]]:
@@ -192,12 +250,29 @@ def _upgrade(conn: sqlite3.Connection, path: Path) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    conn.execute("VACUUM")  # give back the pages the old layout held (outside the transaction)
 
 
 class Store:
     def __init__(self, directory: Path, conn: sqlite3.Connection) -> None:
         self.directory = directory
         self.conn = conn
+        #: what readers derived from the store, and the state it was derived from (see memo)
+        self._memo: dict[str, tuple[tuple[int, int], Any]] = {}
+
+    def state(self) -> tuple[int, int]:
+        """Changes whenever a cell is recorded, by this connection or any other."""
+        return self.conn.execute("PRAGMA data_version").fetchone()[0], self.conn.total_changes
+
+    def memo(self, name: str, build: Callable[[], Any]) -> Any:
+        """``build()``, computed once per state of the store: an analysis reads the same cells,
+        metrics and series from a dozen places, and at thousands of cells each read costs seconds.
+        What it returns is shared between callers: treat it as read-only."""
+        state = self.state()
+        found = self._memo.get(name)
+        if found is None or found[0] != state:
+            found = self._memo[name] = (state, build())
+        return found[1]
 
     # -- opening ----------------------------------------------------------------------
     @staticmethod
@@ -297,14 +372,12 @@ class Store:
                outcome.exit_code, outcome.error, outcome.stderr_tail, outcome.started_at, outcome.wall_s,
                outcome.startup_s, len(outcome.items), json.dumps(inside, sort_keys=True),
                json.dumps(outcome.platform_info, sort_keys=True, default=str), time.time())
-        phase_rows = [(cell.cell_id, item["i"], name, seconds)
-                      for item in outcome.items
-                      for name, seconds in [("e2e", item["e2e"]), *item["phases"].items()]]
         self.conn.execute(f"INSERT INTO cells VALUES ({','.join('?' * len(row))})", row)
         if outcome.status == "ok":
             self.conn.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?)",
                                   [(cell.cell_id, m, v, u) for m, v, u in cell_metrics(outcome)])
-            self.conn.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)", phase_rows)
+            if outcome.items:
+                self.conn.execute("INSERT INTO items VALUES (?, ?)", (cell.cell_id, items_to_ipc(outcome.items)))
         probes = getattr(outcome, "probes", None)
         if probes is not None:  # raw series are kept for failed cells too: they often say why
             self.conn.executemany("INSERT INTO series VALUES (?, ?, ?, ?)",
@@ -312,14 +385,34 @@ class Store:
                                    for (probe, name), blob in probes.series.items()])
 
     def cells(self, include_warmup: bool = False) -> list[dict[str, Any]]:
-        query = "SELECT * FROM cells" + ("" if include_warmup else " WHERE warmup = 0") + " ORDER BY seq"
+        """The cells in run order, their JSON fields parsed. Parsed once per state of the store
+        (an analysis asks a dozen times; thousands of cells carry megabytes of JSON): each call
+        gets its own dicts, but the parsed fields inside are shared, so treat them as read-only."""
+        return [dict(row) for row in self.memo("cells", self._parsed_cells) if include_warmup or not row["warmup"]]
+
+    def _parsed_cells(self) -> list[dict[str, Any]]:
         rows = []
-        for row in self.conn.execute(query):
+        for row in self.conn.execute("SELECT * FROM cells ORDER BY seq"):
             record = dict(row)
             for key in ("params", "knobs", "inside", "platform_info"):
                 record[key] = json.loads(record[key]) if record[key] else None
             rows.append(record)
         return rows
+
+    def metrics_by_cell(self) -> dict[str, list[tuple[str, float, str]]]:
+        """cell_id -> its (metric, value, unit) rows in metric order, read in one bulk pass (shared:
+        read-only)."""
+        return self.memo("metrics", self._metrics_by_cell)
+
+    def _metrics_by_cell(self) -> dict[str, list[tuple[str, float, str]]]:
+        found: dict[str, list[tuple[str, float, str]]] = {}
+        rows = self.conn.execute("SELECT cell_id, metric, value, unit FROM metrics ORDER BY cell_id, metric")
+        for cell_id, metric, value, unit in rows:
+            own = found.get(cell_id)
+            if own is None:
+                own = found[cell_id] = []
+            own.append((metric, value, unit))
+        return found
 
     def metric_rows(self) -> Iterator[sqlite3.Row]:
         yield from self.conn.execute(
@@ -327,15 +420,34 @@ class Store:
             "ORDER BY c.seq, m.metric")
 
     def series(self, probe: str, name: str, cell_id: str | None = None) -> dict[str, Any]:
-        """cell_id -> Arrow table of one probe series (all cells, or one)."""
+        """cell_id -> Arrow table of one probe series (all cells, or one). All cells' are decoded
+        once per state of the store and shared (read-only)."""
         from isobench.probes.base import ipc_to_table
 
         query = "SELECT cell_id, data FROM series WHERE probe = ? AND name = ?"
-        args: tuple[Any, ...] = (probe, name)
         if cell_id is not None:
-            query += " AND cell_id = ?"
-            args += (cell_id,)
-        return {row["cell_id"]: ipc_to_table(row["data"]) for row in self.conn.execute(query, args)}
+            memo = self._memo.get(f"series:{probe}:{name}")
+            if memo is not None and memo[0] == self.state():
+                return {cell_id: memo[1][cell_id]} if cell_id in memo[1] else {}
+            return {row["cell_id"]: ipc_to_table(row["data"])
+                    for row in self.conn.execute(query + " AND cell_id = ?", (probe, name, cell_id))}
+        return self.memo(f"series:{probe}:{name}", lambda: {
+            row["cell_id"]: ipc_to_table(row["data"]) for row in self.conn.execute(query, (probe, name))})
+
+    def items(self, cell_id: str | None = None) -> dict[str, Any]:
+        """cell_id -> Arrow table of the cell's per-item times (all cells that finished, or one):
+        ``item``, ``e2e`` and one column of seconds per phase."""
+        from isobench.probes.base import ipc_to_table
+
+        query, args = "SELECT cell_id, data FROM items", ()
+        if cell_id is not None:
+            query, args = query + " WHERE cell_id = ?", (cell_id,)
+        return {row[0]: ipc_to_table(row[1]) for row in self.conn.execute(query, args)}
+
+    def item_counts(self) -> dict[str, int]:
+        """cell_id -> how many items a finished cell measured (its per-item block's rows)."""
+        return dict(self.conn.execute("SELECT cell_id, items FROM cells WHERE status = 'ok' AND items > 0 "
+                                      "AND cell_id IN (SELECT cell_id FROM items)"))
 
     def series_names(self) -> list[tuple[str, str]]:
         return [(r[0], r[1]) for r in self.conn.execute("SELECT DISTINCT probe, name FROM series ORDER BY 1, 2")]
