@@ -209,7 +209,7 @@ def test_duet_without_sides_or_with_one_pair_on_a_side_stays_plain_paired() -> N
     sample, base = _duet_points([r % 2 for r in range(8)], 0.10, 0.002, 1.1, seed=5)
     assert estimate(sample, base, "docker").method == CROSSOVER_METHOD
     # without side information (an older store), or one pair on a side: plain pairs
-    bare = [dataclasses.replace(p, side=None) for p in sample]
+    bare = [p._replace(side=None) for p in sample]
     assert estimate(bare, base, "docker").method == DUET_METHOD
     lopsided, base_lopsided = _duet_points([0, 0, 0, 0, 0, 1], 0.10, 0.002, 1.1, seed=6)
     assert estimate(lopsided, base_lopsided, "docker").method == DUET_METHOD

@@ -99,6 +99,11 @@ def outlive_reader() -> Iterator[None]:
 
 
 def print_json(document: Any) -> None:
-    """``document`` as indented JSON on stdout (non-JSON values, such as paths, as strings)."""
+    """``document`` as JSON on stdout (non-JSON values, such as paths, as strings): an object
+    indented; a list with one record per line, which ``grep`` and a reader can follow and which
+    json's C encoder writes (the indenting encoder is pure Python: at 20,000 records, seconds)."""
     with reader_may_leave():
-        sys.stdout.write(json.dumps(document, indent=1, default=str) + "\n")
+        if isinstance(document, list) and document:
+            sys.stdout.write("[\n" + ",\n".join(json.dumps(record, default=str) for record in document) + "\n]\n")
+        else:
+            sys.stdout.write(json.dumps(document, indent=1, default=str) + "\n")

@@ -32,6 +32,7 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from isobench.analysis.stats import (
     CROSSOVER_METHOD,
@@ -47,9 +48,10 @@ from isobench.analysis.stats import (
 MIN_PAIRS = 3
 
 
-@dataclass(frozen=True)
-class Point:
-    """One cell's value of one metric, with what pairs it."""
+class Point(NamedTuple):
+    """One cell's value of one metric, with what pairs it. A tuple, not a frozen dataclass: an
+    analysis of thousands of cells makes a million of these, and a frozen dataclass costs five
+    times as much to build."""
 
     rep: int
     value: float
@@ -98,29 +100,63 @@ def estimate(sample: list[Point], reference: list[Point], label: str) -> Blocked
     return _rounds(sample, reference)
 
 
-def _duet(sample: list[Point], reference: list[Point], label: str) -> Blocked:
-    partners = [p for p in reference if p.partner == label]
+@dataclass(frozen=True)
+class DuetPlan:
+    """How a duet comparison pairs its cells, worked out from what pairs them (pair ids, partners,
+    sides), not from the values: every metric of the same cells shares it, so an analysis of
+    thousands of cells plans once per group and not once per metric. Indices point into the
+    sample's and the reference's lists."""
+
+    label: str
+    #: the reference cells that ran beside ``label`` (empty: none did)
+    partners: tuple[int, ...]
+    #: why the cells cannot be paired (then Welch over ``welch_reference``), or "" when they can
+    unpaired_reason: str = ""
+    #: the reference side of the Welch fallback: every baseline cell, or only the partners
+    welch_all_reference: bool = False
+    #: the complete pairs in pair-id order: (sample index, reference index)
+    pairs: tuple[tuple[int, int], ...] = ()
+    #: the compared cell's side per pair (None: unknown, no crossover)
+    sides: tuple[str | None, ...] = ()
+
+
+def plan_duet(sample: list[Any], reference: list[Any], label: str) -> DuetPlan:
+    """The pairing of ``sample`` (anything with ``pair`` and ``side``) with the cells of
+    ``reference`` (``pair``, ``partner``) that ran beside ``label``."""
+    partners = tuple(i for i, p in enumerate(reference) if p.partner == label)
     if not partners:
-        return _welch(sample, reference, f"duet cells, but no baseline cell ran beside {label}: unpaired (Welch) "
-                                         "on all baseline cells")
-    mine: dict[str, list[float]] = defaultdict(list)
-    theirs: dict[str, list[float]] = defaultdict(list)
-    for p in sample:
-        mine[str(p.pair)].append(p.value)
-    for p in partners:
-        theirs[str(p.pair)].append(p.value)
+        return DuetPlan(label, partners, f"duet cells, but no baseline cell ran beside {label}: unpaired (Welch) "
+                                         "on all baseline cells", welch_all_reference=True)
+    mine: dict[str, list[int]] = defaultdict(list)
+    theirs: dict[str, list[int]] = defaultdict(list)
+    for i, p in enumerate(sample):
+        mine[str(p.pair)].append(i)
+    for i in partners:
+        theirs[str(reference[i].pair)].append(i)
     broken = sorted(k for k in set(mine) | set(theirs) if len(mine.get(k, [])) != 1 or len(theirs.get(k, [])) != 1)
     if broken:
-        return _welch(sample, partners, f"{len(broken)} duet pair(s) incomplete ({', '.join(broken[:3])}): "
-                                        "unpaired (Welch) on the partner-matched cells")
-    pairs = [(mine[k][0], theirs[k][0]) for k in sorted(mine)]
-    if len(pairs) < MIN_PAIRS:
-        return _welch(sample, partners, f"only {len(pairs)} duet pair(s), fewer than {MIN_PAIRS}: unpaired (Welch)")
+        return DuetPlan(label, partners, f"{len(broken)} duet pair(s) incomplete ({', '.join(broken[:3])}): "
+                                         "unpaired (Welch) on the partner-matched cells")
+    keys = sorted(mine)
+    if len(keys) < MIN_PAIRS:
+        return DuetPlan(label, partners, f"only {len(keys)} duet pair(s), fewer than {MIN_PAIRS}: unpaired (Welch)")
+    return DuetPlan(label, partners, pairs=tuple((mine[k][0], theirs[k][0]) for k in keys),
+                    sides=tuple(None if sample[mine[k][0]].side is None else str(sample[mine[k][0]].side)
+                                for k in keys))
+
+
+def duet_estimate(plan: DuetPlan, sample: list[float], reference: list[float]) -> Blocked:
+    """The comparison of a duet's values, aligned with the lists ``plan`` was made from."""
+    if plan.unpaired_reason:
+        base = reference if plan.welch_all_reference else [reference[i] for i in plan.partners]
+        est = ratio_ci(sample, base)
+        return Blocked(est, METHOD, plan.unpaired_reason, None, est.se, list(sample), base)
+    pairs = [(sample[i], reference[j]) for i, j in plan.pairs]
     est = paired_ratio_ci(pairs)
     unpaired = ratio_ci([a for a, _ in pairs], [b for _, b in pairs]).se
     values = [a for a, _ in pairs], [b for _, b in pairs]
     said = f"{len(pairs)} duet pairs (both sides ran at the same time): paired, SE {_se(est.se)} vs {_se(unpaired)} unpaired"
-    crossover = _crossover(sample, mine, theirs)
+    crossover = _crossover(pairs, plan.sides)
     if crossover is not None:
         if _half_width(crossover[0]) < _half_width(est):
             return Blocked(crossover[0], CROSSOVER_METHOD,
@@ -132,21 +168,25 @@ def _duet(sample: list[Point], reference: list[Point], label: str) -> Blocked:
     return Blocked(est, DUET_METHOD, said, est.se, unpaired, *values)
 
 
+def _duet(sample: list[Point], reference: list[Point], label: str) -> Blocked:
+    return duet_estimate(plan_duet(sample, reference, label), [p.value for p in sample],
+                         [p.value for p in reference])
+
+
 #: a crossover needs this many pairs on each side (two: a spread within each side)
 MIN_PER_SIDE = 2
 
 
-def _crossover(sample: list[Point], mine: dict[str, list[float]],
-               theirs: dict[str, list[float]]) -> tuple[RatioEstimate, float] | None:
+def _crossover(pairs: list[tuple[float, float]],
+               sides: tuple[str | None, ...]) -> tuple[RatioEstimate, float] | None:
     """The crossover estimate of complete duet pairs grouped by the compared cell's side, and
     half the difference between the sides' mean log ratios (the core effect); None when the
     sides are unknown or either has fewer than MIN_PER_SIDE pairs."""
-    side_of = {str(p.pair): p.side for p in sample}
     by_side: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for key in sorted(mine):
-        if side_of.get(key) is None:
+    for pair, side in zip(pairs, sides, strict=True):
+        if side is None:
             return None
-        by_side[str(side_of[key])].append((mine[key][0], theirs[key][0]))
+        by_side[side].append(pair)
     groups = [by_side[k] for k in sorted(by_side)]
     if len(groups) != 2 or min(len(g) for g in groups) < MIN_PER_SIDE:
         return None

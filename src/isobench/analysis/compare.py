@@ -11,11 +11,12 @@ import json
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from isobench.analysis import verdict as vd
-from isobench.analysis.blocked import Point, estimate, screen, shared_flag
+from isobench.analysis.blocked import Point, duet_estimate, estimate, plan_duet, screen, shared_flag
 from isobench.analysis.metric_sense import time_ratio
 from isobench.analysis.stats import bootstrap_ratio_ci, effect_words, holm, interval_at
 from isobench.plan.cells import closest_by_knobs
@@ -61,6 +62,14 @@ class Group:
     #: the devices its cells report running on (platform_info.workload.device: cpu, cuda); empty when the
     #: workload reports none. ``device: auto`` follows what the platform can see, so two groups may differ.
     devices: set[str] = field(default_factory=set)
+    #: the measured cells, in run order, as a duet pairs them (Point less its value)
+    cells: list[Point] = field(default_factory=list)
+    #: metric -> the position in ``cells`` of each value in ``metrics[metric]``
+    positions: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+    def complete(self, metric: str) -> bool:
+        """Every cell has a value of ``metric``: its values line up with ``cells``."""
+        return len(self.positions.get(metric, ())) == len(self.cells)
 
     @property
     def kept_contaminated(self) -> int:
@@ -229,6 +238,8 @@ def _load_groups(store: Store) -> list[Group]:
             group = groups[key] = Group(cell["workload_key"], cell["params"], cell["platform"],
                                         cell["platform_key"], cell["display"], cell["knobs"],
                                         defaultdict(list), {}, host=key[-1])
+            group.points = PerMetric(group, lambda c, v: c._replace(value=v))  # type: ignore[assignment]
+            group.reps = PerMetric(group, lambda c, v: (c.rep, v))  # type: ignore[assignment]
         _add_cell(group, cell, cell["platform_info"] or {}, own)
     for key, cell in keyed:
         group = groups.get(key)
@@ -268,12 +279,39 @@ def _add_cell(group: Group, cell: dict[str, Any], info: dict[str, Any],
     duet = info.get("duet") if isinstance(info.get("duet"), dict) else {}
     pair = None if duet.get("pair") is None else str(duet["pair"])
     side = None if duet.get("side") is None else str(duet["side"])
-    rep, cell_id = cell["rep"], cell["cell_id"]
-    for metric, value, unit in metrics:
-        group.metrics[metric].append(value)
-        group.reps[metric].append((rep, value))
-        group.points[metric].append(Point(rep, value, cell_id, pair, duet.get("partner"), side))
-        group.units[metric] = unit
+    position = len(group.cells)
+    group.cells.append(Point(cell["rep"], math.nan, cell["cell_id"], pair, duet.get("partner"), side))
+    values, positions, units = group.metrics, group.positions, group.units
+    for metric, value, unit in metrics:  # a million values at fleet scale: two appends each, no more
+        values[metric].append(value)
+        positions[metric].append(position)
+        units[metric] = unit
+
+
+class PerMetric(Mapping[str, list[Any]]):
+    """metric -> a list built from a group's ``cells`` and values on first use (a group's points
+    and repetitions): most metrics' are never asked for. A metric the group lacks reads as []."""
+
+    def __init__(self, group: Group, make: Callable[[Point, float], Any]) -> None:
+        self._group, self._make = group, make
+        self._built: dict[str, list[Any]] = {}
+
+    def __getitem__(self, metric: str) -> list[Any]:
+        built = self._built.get(metric)
+        if built is None:
+            cells = self._group.cells
+            built = self._built[metric] = [self._make(cells[i], v) for i, v in zip(
+                self._group.positions.get(metric, ()), self._group.metrics.get(metric, ()), strict=True)]
+        return built
+
+    def __contains__(self, metric: object) -> bool:
+        return metric in self._group.positions
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._group.positions)
+
+    def __len__(self) -> int:
+        return len(self._group.positions)
 
 
 def hosts_of(items: list[Any]) -> list[str]:
@@ -308,18 +346,25 @@ def compare(store: Store) -> list[Comparison]:
         base = _baseline_for(group, baselines.get(group.host, []))
         if base is None:
             continue
+        # An A/A is the baseline again in everything but its label (study/aa.py), per knob set.
+        entry = entries.get(group.platform_key)
+        is_aa = entry is not None and is_aa_group(study, entry, group.knobs, base.knobs)
+        # A duet pairs the same cells for every metric they all report: planned once per group
+        plan = plan_duet(group.cells, base.cells, group.platform_key) \
+            if group.cells and base.cells and any(c.pair for c in group.cells) else None
+        mismatch = device_mismatch(group, base, entries)
         for metric in sorted(group.metrics):
             sample, reference = group.metrics[metric], base.metrics.get(metric)
             if not reference or min(sample) <= 0 or min(reference) <= 0:
                 continue
-            blocked = estimate(group.points[metric], base.points[metric], group.platform_key)
+            if plan is not None and group.complete(metric) and base.complete(metric):
+                blocked = duet_estimate(plan, sample, reference)
+            else:
+                blocked = estimate(group.points[metric], base.points[metric], group.platform_key)
             est, sample, reference = blocked.estimate, blocked.sample, blocked.reference
             # the distribution-free cross-check the report shows beside each e2e interval only: at
             # thousands of cells, resampling every probe metric cost most of the analysis
             boot = bootstrap_ratio_ci(sample, reference) if metric in BOOTSTRAPPED else None
-            # An A/A is the baseline again in everything but its label (study/aa.py), per knob set.
-            entry = entries.get(group.platform_key)
-            is_aa = entry is not None and is_aa_group(study, entry, group.knobs, base.knobs)
             results.append(Comparison(
                 workload=group.workload, platform=group.display, label=group.platform_key,
                 knobs=group.knobs, metric=metric, baseline=base.display, ratio=est.ratio,
@@ -332,7 +377,7 @@ def compare(store: Store) -> list[Comparison]:
                 params=group.params, host=group.host, method_reason=blocked.reason,
                 se_paired=blocked.se_paired, se_unpaired=blocked.se_unpaired, se=est.se, df=est.df,
                 margin=margin, versions=dict(group.versions), devices=sorted(group.devices),
-                baseline_devices=sorted(base.devices), incomparable=device_mismatch(group, base, entries)))
+                baseline_devices=sorted(base.devices), incomparable=mismatch))
     _adjust(results)
     return results
 
@@ -400,13 +445,33 @@ def judge(c: Comparison) -> None:
         c.repetitions_needed = None if needed is None else max(needed, n + 1, floor_n)
 
 
+def _entry_of(c: Comparison) -> tuple[str, ...]:
+    return (c.workload, c.label, json.dumps(c.knobs, sort_keys=True, default=str),
+            json.dumps(c.params, sort_keys=True, default=str), c.host)
+
+
+#: (the comparisons list it indexes, its length, entry -> its phase comparisons): a report asks
+#: for each headline; scanning every comparison each time was quadratic at fleet scale
+_phase_index: tuple[list[Comparison], int, dict[tuple[str, ...], list[Comparison]]] | None = None
+
+
+def _phases_of(comparisons: list[Comparison], e2e: Comparison) -> list[Comparison]:
+    global _phase_index
+    if _phase_index is None or _phase_index[0] is not comparisons or _phase_index[1] != len(comparisons):
+        index: dict[tuple[str, ...], list[Comparison]] = defaultdict(list)
+        for c in comparisons:
+            if c.metric.startswith("phase."):
+                index[_entry_of(c)].append(c)
+        _phase_index = (comparisons, len(comparisons), index)
+    return _phase_index[2].get(_entry_of(e2e), [])
+
+
 def phase_attribution(comparisons: list[Comparison], e2e: Comparison) -> tuple[str, float] | None:
     """The phase holding most of an e2e difference, and its share of that difference."""
     delta = e2e.mean - e2e.baseline_mean
     if delta == 0:
         return None
-    phases = [c for c in comparisons if c.metric.startswith("phase.") and c.workload == e2e.workload
-              and c.label == e2e.label and c.knobs == e2e.knobs and c.params == e2e.params and c.host == e2e.host]
+    phases = _phases_of(comparisons, e2e)
     if not phases:
         return None
     top = max(phases, key=lambda c: (c.mean - c.baseline_mean) * (1 if delta > 0 else -1))

@@ -108,35 +108,35 @@ def column(table: Any, *patterns: str) -> str | None:
     return None
 
 
+def _roles_in(store: Store, required: dict[str, tuple[str, ...]]) -> list[tuple[str, str, dict[str, str]]]:
+    """(probe, name, {role: column}) of every stored series with a column for every role, judged on
+    one non-empty table: decoding every cell's tables of every series only to read the columns
+    cost seconds at thousands of cells."""
+    found = []
+    for probe, name in store.series_names():
+        sample = store.series_sample(probe, name)
+        if sample is None:
+            continue
+        roles = {role: column(sample, *patterns) for role, patterns in required.items()}
+        if all(roles.values()):
+            found.append((probe, name, roles))
+    return found
+
+
 def series_with(store: Store, required: dict[str, tuple[str, ...]]) -> tuple[str, str, dict[str, Any],
                                                                                  dict[str, str]] | None:
     """The first stored series whose tables have a column for every role in ``required``.
 
     Returns (probe, name, {cell_id: table}, {role: column}).
     """
-    for probe, name in store.series_names():
-        tables = store.series(probe, name)
-        sample = next((t for t in tables.values() if t.num_rows), None)
-        if sample is None:
-            continue
-        roles = {role: column(sample, *patterns) for role, patterns in required.items()}
-        if all(roles.values()):
-            return probe, name, tables, roles  # type: ignore[return-value]
+    for probe, name, roles in _roles_in(store, required):
+        return probe, name, store.series(probe, name), roles
     return None
 
 
 def all_series_with(store: Store, required: dict[str, tuple[str, ...]]) -> list[tuple[str, str, dict[str, Any],
                                                                                       dict[str, str]]]:
-    found = []
-    for probe, name in store.series_names():
-        tables = store.series(probe, name)
-        sample = next((t for t in tables.values() if t.num_rows), None)
-        if sample is None:
-            continue
-        roles = {role: column(sample, *patterns) for role, patterns in required.items()}
-        if all(roles.values()):
-            found.append((probe, name, tables, roles))
-    return found
+    return [(probe, name, store.series(probe, name), roles) for probe, name, roles in _roles_in(store, required)]
 
 
 # Column patterns the readers accept (probes may name them either way).

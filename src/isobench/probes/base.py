@@ -89,14 +89,15 @@ class Probe(ABC):
 
 
 def series_to_ipc(columns: dict[str, Any]) -> bytes:
-    """Columns -> an Arrow IPC stream (compact, typed, readable by pyarrow/pandas/polars; zstd,
-    which a reader undoes by itself)."""
+    """Columns -> an Arrow IPC stream (compact, typed, readable by pyarrow/pandas/polars). Not
+    compressed: a series is a few KB, and zstd's set-up per stream made reading 40,000 of them
+    (a report at 10,000 cells) take 4 s instead of 0.5 s, to save ~8 KB a cell."""
     import pyarrow as pa
 
     table = pa.table({name: pa.array(values) if not isinstance(values, pa.Array) else values
                       for name, values in columns.items()})
     sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+    with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue()
 

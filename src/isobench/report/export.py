@@ -21,26 +21,28 @@ FIELDS = ("study", "cell_id", "workload", "platform", "knobs", "rep", "metric", 
           "versions")
 
 
-def records(store: Store) -> list[dict[str, Any]]:
+def _cell_facts(study: str | None, cell: dict[str, Any]) -> dict[str, Any]:
+    """The fields a cell's records share, each worked out once per cell."""
+    info = cell.get("platform_info")
+    return {"study": study, "cell_id": cell["cell_id"], "workload": cell["workload_key"],
+            "platform": cell["display"], "knobs": cell["knobs"], "rep": cell["rep"], "status": cell["status"],
+            "host": host_of(info), "versions": versions_of(info)}
+
+
+def _record_cells(store: Store) -> list[tuple[dict[str, Any], list[tuple[str, float, str]]]]:
+    """(a cell's shared fields, its metric rows), in run order: every measured cell, then every cell
+    that did not finish (as one ``cell.wall`` record, so failures are not silently dropped)."""
     study = store.meta("study_name")
-    rows: list[dict[str, Any]] = []
-    for row in store.metric_rows():
-        if row["warmup"]:
-            continue
-        rows.append({"study": study, "cell_id": row["cell_id"], "workload": row["workload_key"],
-                     "platform": row["display"], "knobs": json.loads(row["knobs"]), "rep": row["rep"],
-                     "metric": row["metric"], "value": row["value"], "unit": row["unit"],
-                     "status": row["status"], "host": host_of(row["platform_info"]),
-                     "versions": versions_of(row["platform_info"])})
-    # Cells that produced no metrics still appear, so failures are not silently dropped.
-    for cell in store.cells():
-        if cell["status"] != "ok":
-            rows.append({"study": study, "cell_id": cell["cell_id"], "workload": cell["workload_key"],
-                         "platform": cell["display"], "knobs": cell["knobs"], "rep": cell["rep"],
-                         "metric": "cell.wall", "value": cell["wall_s"], "unit": "s", "status": cell["status"],
-                         "host": host_of(cell.get("platform_info")),
-                         "versions": versions_of(cell.get("platform_info"))})
-    return rows
+    cells, metrics = store.cells(), store.metrics_by_cell()
+    out = [(_cell_facts(study, cell), metrics[cell["cell_id"]]) for cell in cells if cell["cell_id"] in metrics]
+    out += [(_cell_facts(study, cell), [("cell.wall", cell["wall_s"], "s")]) for cell in cells
+            if cell["status"] != "ok"]
+    return out
+
+
+def records(store: Store) -> list[dict[str, Any]]:
+    return [{**facts, "metric": metric, "value": value, "unit": unit}
+            for facts, rows in _record_cells(store) for metric, value, unit in rows]
 
 
 def export(store: Store, fmt: str, target: Path) -> Path:
@@ -82,10 +84,18 @@ def _parquet(store: Store, out: BinaryIO) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = records(store)
-    columns = {name: [row[name] for row in rows] for name in FIELDS}
-    for name in ("knobs", "versions"):
-        columns[name] = [json.dumps(v, sort_keys=True) for v in columns[name]]
+    # Columnar: a cell's shared fields once per cell, spread to its rows by index (at thousands of
+    # cells a dict per record cost seconds and gigabytes)
+    cells = _record_cells(store)
+    index = pa.array([i for i, (_, rows) in enumerate(cells) for _ in rows], pa.int32())
+    shared = {name: pa.array([json.dumps(facts[name], sort_keys=True) if name in ("knobs", "versions")
+                              else facts[name] for facts, _ in cells]) for name in FIELDS
+              if name not in ("metric", "value", "unit")}
+    columns = {name: shared[name].take(index) if name in shared else
+               pa.array([row[("metric", "value", "unit").index(name)] for _, rows in cells for row in rows])
+               for name in FIELDS}
+    if not cells:
+        columns = {name: pa.array([], pa.string()) for name in FIELDS}
     buffer = io.BytesIO()  # parquet's writer seeks; a pipe cannot
     pq.write_table(pa.table(columns), buffer)
     out.write(buffer.getvalue())

@@ -434,6 +434,19 @@ class Store:
         return self.memo(f"series:{probe}:{name}", lambda: {
             row["cell_id"]: ipc_to_table(row["data"]) for row in self.conn.execute(query, (probe, name))})
 
+    def series_sample(self, probe: str, name: str) -> Any | None:
+        """One cell's table of a series with rows (None if no cell's has any): what its columns are."""
+        from isobench.probes.base import ipc_to_table
+
+        memo = self._memo.get(f"series:{probe}:{name}")
+        if memo is not None and memo[0] == self.state():
+            return next((t for t in memo[1].values() if t.num_rows), None)
+        for (blob,) in self.conn.execute("SELECT data FROM series WHERE probe = ? AND name = ?", (probe, name)):
+            table = ipc_to_table(blob)
+            if table.num_rows:
+                return table
+        return None
+
     def items(self, cell_id: str | None = None) -> dict[str, Any]:
         """cell_id -> Arrow table of the cell's per-item times (all cells that finished, or one):
         ``item``, ``e2e`` and one column of seconds per phase."""
