@@ -40,9 +40,11 @@ from isobench.analysis.stats import (
     METHOD,
     PAIRED_METHOD,
     RatioEstimate,
-    crossover_ratio_ci,
+    crossover_of_diffs,
+    paired_of_diffs,
     paired_ratio_ci,
     ratio_ci,
+    welch_of_logs,
 )
 
 MIN_PAIRS = 3
@@ -152,11 +154,14 @@ def duet_estimate(plan: DuetPlan, sample: list[float], reference: list[float]) -
         est = ratio_ci(sample, base)
         return Blocked(est, METHOD, plan.unpaired_reason, None, est.se, list(sample), base)
     pairs = [(sample[i], reference[j]) for i, j in plan.pairs]
-    est = paired_ratio_ci(pairs)
-    unpaired = ratio_ci([a for a, _ in pairs], [b for _, b in pairs]).se
+    # each value's log once, for the paired, unpaired and crossover estimates alike
+    log_a, log_b = [math.log(a) for a, _ in pairs], [math.log(b) for _, b in pairs]
+    diffs = [a - b for a, b in zip(log_a, log_b, strict=True)]
+    est = paired_of_diffs(diffs)
+    unpaired = welch_of_logs(log_a, log_b).se
     values = [a for a, _ in pairs], [b for _, b in pairs]
     said = f"{len(pairs)} duet pairs (both sides ran at the same time): paired, SE {_se(est.se)} vs {_se(unpaired)} unpaired"
-    crossover = _crossover(pairs, plan.sides)
+    crossover = _crossover(diffs, plan.sides)
     if crossover is not None:
         if _half_width(crossover[0]) < _half_width(est):
             return Blocked(crossover[0], CROSSOVER_METHOD,
@@ -177,21 +182,20 @@ def _duet(sample: list[Point], reference: list[Point], label: str) -> Blocked:
 MIN_PER_SIDE = 2
 
 
-def _crossover(pairs: list[tuple[float, float]],
-               sides: tuple[str | None, ...]) -> tuple[RatioEstimate, float] | None:
-    """The crossover estimate of complete duet pairs grouped by the compared cell's side, and
-    half the difference between the sides' mean log ratios (the core effect); None when the
-    sides are unknown or either has fewer than MIN_PER_SIDE pairs."""
-    by_side: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for pair, side in zip(pairs, sides, strict=True):
+def _crossover(diffs: list[float], sides: tuple[str | None, ...]) -> tuple[RatioEstimate, float] | None:
+    """The crossover estimate of complete duet pairs (their log differences) grouped by the
+    compared cell's side, and half the difference between the sides' mean log ratios (the core
+    effect); None when the sides are unknown or either has fewer than MIN_PER_SIDE pairs."""
+    by_side: dict[str, list[float]] = defaultdict(list)
+    for diff, side in zip(diffs, sides, strict=True):
         if side is None:
             return None
-        by_side[side].append(pair)
+        by_side[side].append(diff)
     groups = [by_side[k] for k in sorted(by_side)]
     if len(groups) != 2 or min(len(g) for g in groups) < MIN_PER_SIDE:
         return None
-    means = [sum(math.log(a) - math.log(b) for a, b in g) / len(g) for g in groups]
-    return crossover_ratio_ci(groups), (means[0] - means[1]) / 2
+    means = [sum(g) / len(g) for g in groups]
+    return crossover_of_diffs(groups), (means[0] - means[1]) / 2
 
 
 def _half_width(est: RatioEstimate) -> float:

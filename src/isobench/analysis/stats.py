@@ -69,13 +69,16 @@ def ratio_ci(sample: list[float], baseline: list[float], confidence: float = 0.9
         raise ValueError("both samples need at least one value")
     if min(sample) <= 0 or min(baseline) <= 0:
         raise ValueError("ratios need positive values")
-    log_s = [math.log(v) for v in sample]
-    log_b = [math.log(v) for v in baseline]
+    return welch_of_logs([math.log(v) for v in sample], [math.log(v) for v in baseline], confidence)
+
+
+def welch_of_logs(log_s: list[float], log_b: list[float], confidence: float = 0.95) -> RatioEstimate:
+    """``ratio_ci`` on values already in logs (a caller that needs them for several estimates)."""
     mean_s, var_s = _mean_var(log_s)
     mean_b, var_b = _mean_var(log_b)
     diff = mean_s - mean_b
     ratio = math.exp(diff)
-    n_s, n_b = len(sample), len(baseline)
+    n_s, n_b = len(log_s), len(log_b)
     if n_s < 2 or n_b < 2:
         return RatioEstimate(ratio, None, None, None, n_s, n_b)
     se2 = var_s / n_s + var_b / n_b
@@ -101,7 +104,11 @@ def paired_ratio_ci(pairs: list[tuple[float, float]], confidence: float = 0.95) 
         raise ValueError("pairing needs at least one pair")
     if min(min(p) for p in pairs) <= 0:
         raise ValueError("ratios need positive values")
-    diffs = [math.log(s) - math.log(b) for s, b in pairs]
+    return paired_of_diffs([math.log(s) - math.log(b) for s, b in pairs], confidence)
+
+
+def paired_of_diffs(diffs: list[float], confidence: float = 0.95) -> RatioEstimate:
+    """``paired_ratio_ci`` on the pairs' log differences."""
     mean, var = _mean_var(diffs)
     ratio, n = math.exp(mean), len(diffs)
     if n < 2:
@@ -125,7 +132,11 @@ def crossover_ratio_ci(by_side: list[list[tuple[float, float]]], confidence: flo
     """
     if len(by_side) != 2 or min(len(g) for g in by_side) < 2:
         raise ValueError("a crossover needs two sides with at least two pairs each")
-    groups = [[math.log(s) - math.log(b) for s, b in g] for g in by_side]
+    return crossover_of_diffs([[math.log(s) - math.log(b) for s, b in g] for g in by_side], confidence)
+
+
+def crossover_of_diffs(groups: list[list[float]], confidence: float = 0.95) -> RatioEstimate:
+    """``crossover_ratio_ci`` on each side's log differences."""
     means = [sum(g) / len(g) for g in groups]
     mean = (means[0] + means[1]) / 2
     n = sum(len(g) for g in groups)
