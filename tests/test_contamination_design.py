@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from isobench.analysis.compare import compare, load_groups
+from isobench.analysis.compare import compare
 from isobench.analysis.contamination import DUET_ADVICE, contamination_text
+from isobench.analysis.groups import load_groups
 from isobench.analysis.warnings import study_warnings
 from isobench.hostinfo import host_cpus
 from isobench.plan import expand

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from isobench.analysis.compare import Comparison, compare, floor_of, host_of, load_groups
+from isobench.analysis.compare import Comparison, compare, floor_of
 from isobench.analysis.fleet import fleet_rows, resolved
+from isobench.analysis.groups import host_of, load_groups
 from isobench.analysis.summary import analyse
 from isobench.analysis.views import Table
 from isobench.plan import expand

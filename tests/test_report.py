@@ -76,7 +76,8 @@ def test_advisor_against_closed_forms_and_simulation() -> None:
 def test_advisor_reads_the_noise_the_comparisons_method_sees() -> None:
     """Rounds that shift both sides alike (±10%) with little noise within a round (±0.5%): the
     paired comparison's standard error, not the groups' spread, says how many repetitions it needs."""
-    from isobench.analysis.compare import Comparison, Group
+    from isobench.analysis.compare import Comparison
+    from isobench.analysis.groups import Group
     from isobench.analysis.summary import advise
 
     rng = random.Random(9)

@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from isobench.analysis.compare import _merge_versions
+from isobench.analysis.groups import _merge_versions
 from isobench.runtime_versions import short_version, version_words
 from isobench.store import Store
 from tests.conftest import need_docker, need_tool, run_cli, write_study

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from isobench.analysis.blocked import Point, estimate
-from isobench.analysis.compare import compare, load_groups
+from isobench.analysis.compare import compare
+from isobench.analysis.groups import load_groups
 from isobench.analysis.stats import (
     CROSSOVER_METHOD,
     DUET_METHOD,

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from isobench.analysis import hostload
-from isobench.analysis.compare import compare, load_groups
+from isobench.analysis.compare import compare
+from isobench.analysis.groups import load_groups
 from isobench.analysis.layer_ladder import describe, waterfalls
 from isobench.analysis.stats import METHOD, log_sd
 from isobench.analysis.warnings import PAIRED_WORDS, study_warnings

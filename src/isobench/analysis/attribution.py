@@ -28,7 +28,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from isobench.analysis.compare import Comparison, host_of
+from isobench.analysis.compare import Comparison
+from isobench.analysis.groups import host_of
 from isobench.analysis.tdist import t_ppf
 from isobench.store import Store
 

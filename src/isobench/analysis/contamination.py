@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 
-from isobench.analysis.compare import Comparison, Group, floor_of
+from isobench.analysis.compare import Comparison, floor_of
+from isobench.analysis.groups import Group
 from isobench.analysis.stats import fmt_floor
 from isobench.analysis.verdict import fmt_margin
 

@@ -12,7 +12,8 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
-from isobench.analysis.compare import Comparison, Group, _adjust, compare, floor_of, judge, load_groups
+from isobench.analysis.compare import Comparison, _adjust, compare, floor_of, judge
+from isobench.analysis.groups import Group, load_groups
 from isobench.analysis.stats import METHOD, bootstrap_ratio_ci, effect_words, ratio_ci
 from isobench.analysis.verdict import devices_differ, fmt_devices
 from isobench.errors import UserError

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from isobench.analysis.compare import Group, host_of
+from isobench.analysis.groups import Group, host_of
 from isobench.store import Store
 
 

@@ -8,7 +8,7 @@ with the twin in the platform's place is what the design reads when nothing diff
 
 from __future__ import annotations
 
-from isobench.analysis.compare import Group
+from isobench.analysis.groups import Group
 from isobench.study.aa import is_aa_group
 from isobench.study.model import Study
 

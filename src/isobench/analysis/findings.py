@@ -29,7 +29,6 @@ from pathlib import Path
 
 from isobench.analysis import finding_power as power
 from isobench.analysis.blocked import Point, estimate
-from isobench.analysis.compare import Group, load_groups
 from isobench.analysis.finding_aa import aa_twin
 from isobench.analysis.finding_format import fmt_ratio as _fmt_ratio
 from isobench.analysis.finding_format import fmt_value as _fmt_value
@@ -37,6 +36,7 @@ from isobench.analysis.finding_power import FAILS, HOLDS, INCONCLUSIVE, UNTESTAB
 from isobench.analysis.finding_provenance import annotate
 from isobench.analysis.finding_result import CheckResult, Estimate, FindingResult
 from isobench.analysis.finding_spec import Check, Expectation, Finding, PaperFindings, Side
+from isobench.analysis.groups import Group, load_groups
 from isobench.analysis.stats import RatioEstimate
 from isobench.analysis.tdist import t_ppf
 from isobench.analysis.tenant_rounds import tenant_means

@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from isobench.analysis.compare import Group, load_groups
+from isobench.analysis.groups import Group, load_groups
 from isobench.analysis.stats import RatioEstimate, ratio_ci
 from isobench.plan.tenants import tenant_spec
 from isobench.store import Store

@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from isobench.analysis.compare import Comparison, Group, compare, load_groups
+from isobench.analysis.compare import Comparison, compare
+from isobench.analysis.groups import Group, load_groups
 from isobench.analysis.stats import RatioEstimate, ratio_ci
 from isobench.analysis.tdist import t_ppf, t_sf
 from isobench.analysis.verdict import DEFAULT_MARGIN, fmt_margin

@@ -10,8 +10,9 @@ from typing import Any
 from isobench.analysis import evidence as ev
 from isobench.analysis.advisor import repetitions_for_halfwidth, repetitions_for_power
 from isobench.analysis.attribution import Attribution
-from isobench.analysis.compare import Comparison, Group, compare, hosts_of, load_groups
+from isobench.analysis.compare import Comparison, compare, hosts_of
 from isobench.analysis.fleet import FleetRow, fleet_rows, fleet_views
+from isobench.analysis.groups import Group, load_groups
 from isobench.analysis.hints import Hint, hints
 from isobench.analysis.stats import log_sd
 from isobench.analysis.verdict import NOT_COMPARABLE

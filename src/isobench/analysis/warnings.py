@@ -9,8 +9,9 @@ from typing import Any
 
 from isobench.analysis import evidence as ev
 from isobench.analysis import hostload
-from isobench.analysis.compare import Comparison, Group
+from isobench.analysis.compare import Comparison
 from isobench.analysis.contamination import contamination_text
+from isobench.analysis.groups import Group
 from isobench.analysis.stats import CROSSOVER_METHOD, DUET_METHOD, PAIRED_METHOD, fmt_floor, log_sd
 from isobench.analysis.verdict import MAX_NEEDED, NOT_COMPARABLE, fmt_margin
 from isobench.plan.cells import closest_by_knobs

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from isobench.analysis.compare import host_of, versions_of
+from isobench.analysis.groups import host_of, versions_of
 from isobench.report.plaintext import csv_cell
 from isobench.store import Store
 

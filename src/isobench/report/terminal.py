@@ -220,7 +220,7 @@ def comparison_table(store: Store, comparisons: list[Comparison]) -> Table:
 
 
 def _baseline_rows(store: Store) -> list[tuple[str, str, dict[str, Any], int, float, str]]:
-    from isobench.analysis.compare import load_groups
+    from isobench.analysis.groups import load_groups
     from isobench.studyfile import load_study_text
 
     study = load_study_text(store.meta("study_yaml") or "", "store", check_host=False)

@@ -10,7 +10,8 @@ from typing import Any
 
 from isobench.analysis import evidence as ev
 from isobench.analysis.attribution import Attribution, attribute
-from isobench.analysis.compare import Comparison, Group
+from isobench.analysis.compare import Comparison
+from isobench.analysis.groups import Group
 from isobench.store import Store
 
 PB = "Park & Bahn 2023"

@@ -6,7 +6,7 @@ import math
 from collections import defaultdict
 
 from isobench.analysis import evidence as ev
-from isobench.analysis.compare import Group
+from isobench.analysis.groups import Group
 from isobench.analysis.stats import fmt_seconds
 from isobench.analysis.views.base import SS, Context, Skipped, Table, View, builder, stacked_figure
 from isobench.analysis.views.phases import INFER_SPLIT, phase_sorted
