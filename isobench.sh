@@ -38,8 +38,12 @@ find_python() {
 }
 
 setup_venv() {
+  # Apache Otava, the change-point detector of `isobench history`. Its wheel pins numpy and scipy
+  # older than ours, but otava.analysis imports only those two: it goes in without its dependencies.
+  local otava_version=0.8.0
   local stamp="$VENV/.isobench-installed" want
-  want="$(cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" | sha256sum | cut -d' ' -f1)"
+  want="$({ cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt"; echo "apache-otava==$otava_version"; } |
+          sha256sum | cut -d' ' -f1)"
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$VENV/bin/isobench" ]]; then return; fi
   if [[ ! -x "$VENV/bin/python" ]]; then
     local py; py="$(find_python)"
@@ -53,6 +57,8 @@ setup_venv() {
   # mid-download should not cost a whole CI run.
   local pip=("$VENV/bin/pip" install -q --disable-pip-version-check -c "$ROOT/constraints.txt" -e "$ROOT[test]")
   "${pip[@]}" || { log "pip failed; trying once more"; sleep 5; "${pip[@]}"; }
+  local otava=("$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "apache-otava==$otava_version")
+  "${otava[@]}" || { log "pip failed; trying once more"; sleep 5; "${otava[@]}"; }
   echo "$want" > "$stamp"
 }
 

@@ -1,9 +1,9 @@
-"""The command line: isobench run | plan | summary | export | schema | report | compare | doctor |
-replicate | platforms | workloads | probes | baseload | nvmsim. Commands that live elsewhere and
+"""The command line: isobench run | plan | summary | export | schema | report | compare | history |
+doctor | replicate | platforms | workloads | probes | baseload | nvmsim. Commands that live elsewhere
 are registered here: doctor (runner/doctor.py), the listings (listings.py), nvmsim (nvmsim/cli.py),
-replicate (replicate/commands.py).
-Tables and records go to stdout, progress and notes to stderr (console.py); bad input is one
-line with its fix and exit 2, a tripped `compare --fail-if` exit 1."""
+replicate (replicate/commands.py), history (history_command.py).
+Tables and records go to stdout, progress and notes to stderr (console.py); bad input is one line
+with its fix and exit 2, a tripped `compare --fail-if` or `history --fail-on-change` exit 1."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from isobench.console import (
     reader_may_leave,
 )
 from isobench.errors import UserError
+from isobench.history_command import history
 from isobench.listings import platforms, probes, workloads
 from isobench.nvmsim.cli import nvmsim
 from isobench.replicate.commands import replicate
@@ -81,8 +82,14 @@ def run(ctx: typer.Context, study: StudyArg = None,
                                             "(anyone who reaches it runs code as root on its nodes)")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="progress on stderr, and at the end the records "
                                                              "of `isobench summary --json` on stdout")] = False,
+        history: Annotated[Optional[Path], typer.Option(  # noqa: UP045
+            "--history", metavar="FILE", help="after the study, append its comparisons to this history database "
+                                              "(created if absent; read by `isobench history --history FILE`)")] = None,
         ) -> None:
     """Run a study (or, with --script, your own script on bare metal and Docker) and print its result table."""
+    if history is not None:  # a history file the run could not be appended to is refused before it runs
+        from isobench.store.history_db import check_appendable
+        check_appendable(history)
     from isobench.runner.hostload_baseline import BeforeSetup
 
     # the host is watched from here, while the runner imports itself and reads the study (its own
@@ -119,6 +126,9 @@ def run(ctx: typer.Context, study: StudyArg = None,
                 directory = run_study(text, name, out, resume, progress, before_setup)
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
+        if history is not None:
+            from isobench.analysis.history import append_to_history
+            err_console.print(append_to_history(history, directory), markup=False, highlight=False, soft_wrap=True)
         if as_json:
             summary(directory, as_json=True)
             err_console.print(f"results: {directory} (isobench summary {directory})", markup=False,
@@ -455,6 +465,7 @@ def baseload(seconds: Annotated[float, typer.Option(help="seconds to measure eac
 
 
 app.command()(nvmsim)  # nvmsim/cli.py
+app.command()(history)  # history_command.py
 
 
 def _usage_error(err: Exception) -> str:
