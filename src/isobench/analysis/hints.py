@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -345,7 +346,70 @@ def mechanisms(ctx: Context) -> list[Hint]:
     return found
 
 
-RULES = (throttling, pinning, optimizer, fetch_stall, sync_writebacks, shared_library_faults, mechanisms)
+#: a phase grew when its comparison is resolved slower by at least this ratio
+PHASE_GROWTH = 1.05
+#: what a client adds to a served request outside the server (serve's, llm-serve's items)
+STREAM_PHASES = ("connect", "transport")
+
+
+def _entry_key(c: Comparison) -> tuple[str, ...]:
+    return (c.workload, c.label, json.dumps(c.knobs, sort_keys=True, default=str), c.host,
+            json.dumps(c.params, sort_keys=True, default=str))
+
+
+def decode_or_stream(ctx: Context) -> list[Hint]:
+    """Where a generated or served request's extra time sits, when one kind of phase holds it.
+    Decode slower while prefill is not: a decode step reads all the weights and the KV cache for one
+    token per prompt, so it is bound by memory bandwidth and page faults where prefill, a whole prompt
+    at once, is bound by compute. Only the stream slower (connect and transport, the client's e2e
+    outside the server's own phases) while no server phase is: the network path between the client
+    and the server."""
+    hints = []
+    by_entry: dict[tuple[str, ...], dict[str, Comparison]] = defaultdict(dict)  # one pass, not one per entry
+    for p in ctx.comparisons:
+        if p.metric.startswith("phase.") or p.metric == "process.run.page_faults_minor":
+            by_entry[_entry_key(p)][p.metric] = p
+    for c in _e2e(ctx):
+        extra = c.mean - c.baseline_mean
+        if not c.significant or c.ratio <= 1 or extra <= 0:
+            continue
+        own = by_entry.get(_entry_key(c), {})
+        phases = {m.removeprefix("phase."): p for m, p in own.items() if m.startswith("phase.")}
+        grew = {name for name, p in phases.items() if p.significant and p.ratio >= PHASE_GROWTH}
+        where = f"{c.workload} on {c.platform}{ctx.on_host(c)}"
+        if {"prefill", "decode"} <= phases.keys() and "decode" in grew:
+            decode, prefill = phases["decode"], phases["prefill"]
+            held = "prefill" not in grew or prefill.ratio - 1 < (decode.ratio - 1) / 4
+            share = (decode.mean - decode.baseline_mean) / extra
+            if held and share >= 0.3:
+                faults = own.get("process.run.page_faults_minor")
+                seen = (f" Its minor page faults over the measured requests: {faults.ratio:.2f}× the baseline's."
+                        if faults is not None else "")
+                hints.append(Hint("decode-bound", f"{where}: decode grows {decode.ratio:.2f}× ({decode.baseline_mean * 1e3:.2f} "
+                                                  f"→ {decode.mean * 1e3:.2f} ms per request, {share:.0%} of the extra time) "
+                                                  f"while prefill holds at {prefill.ratio:.2f}×: a decode step reads all the "
+                                                  "weights and the KV cache for one token, so it is bound by memory bandwidth "
+                                                  "and page faults where prefill is bound by compute; look at the platform's "
+                                                  "memory path (page faults, transparent huge pages, a memory limit, NUMA "
+                                                  f"placement).{seen}", f"fig-phases-{c.workload}"))
+        stream = [phases[name] for name in STREAM_PHASES if name in phases]
+        if "transport" in phases and grew and grew <= set(STREAM_PHASES):
+            added = sum(p.mean - p.baseline_mean for p in stream)
+            share = added / extra
+            if share >= 0.5:
+                said = ", ".join(f"{p.metric.removeprefix('phase.')} {p.ratio:.2f}× ({p.baseline_mean * 1e3:.2f} → "
+                                 f"{p.mean * 1e3:.2f} ms)" for p in stream)
+                hints.append(Hint("stream-path", f"{where}: only the stream slowed, {said} per request, {share:.0%} of "
+                                                 "the extra time, while the server's own phases held: the network path "
+                                                 "between the client and the server costs it (a bridge's veth pair and "
+                                                 "Linux bridge, a sandbox's network stack); to test it, run the entry on "
+                                                 "the host's network (docker: `options: {network: host}`).",
+                                  f"fig-phases-{c.workload}"))
+    return hints
+
+
+RULES = (throttling, pinning, optimizer, fetch_stall, sync_writebacks, shared_library_faults, mechanisms,
+         decode_or_stream)
 
 
 def hints(ctx: Context) -> list[Hint]:

@@ -1,19 +1,22 @@
 """Host-side drivers: load generators that run in the runner, outside the platform.
 
-A workload that names a ``host_driver`` (the ``serve`` workload: ``http-load``) gets one
-started beside its cell. The driver waits for the cell's ``ready`` record (which names the
-port), reaches the cell where its platform says (:meth:`Platform.service_host`), sends the
-load, and ends the cell (``POST /shutdown`` with the token of the ready record; failing that,
-it kills the launcher so the
-runner's usual cleanup runs). Its per-request records become the cell's items and its
-summary numbers the cell's ``workload.client.*`` metrics, stored like any other.
+A workload that names a ``host_driver`` (the ``serve`` workload: ``http-load``; ``llm-serve``:
+``llm-stream``) gets one started beside its cell. The driver waits for the cell's ``ready``
+record (which names the port), reaches the cell where its platform says
+(:meth:`Platform.service_host`), sends the load, and ends the cell (``POST /shutdown`` with the
+token of the ready record; failing that, it kills the launcher so the runner's usual cleanup
+runs). Its per-request records become the cell's items and its summary numbers the cell's
+``workload.*`` metrics (``client.*`` for both), stored like any other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -49,7 +52,8 @@ class HostDriver(threading.Thread):
             while seen < len(self.records):
                 record = self.records[seen]
                 seen += 1
-                if record.get("type") == "ready":
+                # a duet member's start line is a ready record too, without a port: the server's comes after
+                if record.get("type") == "ready" and "port" in record:
                     return record
                 if record.get("type") in ("error", "done"):
                     return None  # the cell ended without serving: its own error says why
@@ -97,13 +101,14 @@ class HttpLoad(HostDriver):
 
     def drive(self, host: str, ready: dict[str, Any]) -> None:
         from isobench.workloads.datasets import list_jpeg_folder
-        from isobench.workloads.serving import SERVER_PHASES, parse_server_timing
+        from isobench.workloads.serving import SERVER_PHASES, parse_response_head, parse_server_timing
 
         params = self.cell.params
         files, _ = list_jpeg_folder(Path(str(self.cell.data_dir)))
         bodies = [path.read_bytes() for path, _ in files]
         port = int(ready["port"])
         self._parse = parse_server_timing
+        self._parse_head = parse_response_head
         self._server_phases = SERVER_PHASES
         asyncio.run(self._load(host, port, bodies, params))
 
@@ -172,7 +177,7 @@ class HttpLoad(HostDriver):
                 f"Content-Length: {len(body)}\r\nConnection: {'keep-alive' if keepalive else 'close'}\r\n\r\n")
         writer.write(head.encode() + body)
         await writer.drain()
-        status, headers = _parse_head(await reader.readuntil(b"\r\n\r\n"))
+        status, headers = self._parse_head(await reader.readuntil(b"\r\n\r\n"))
         payload = await reader.readexactly(int(headers.get("content-length", "0")))
         t2 = clock()
         if status != 200:
@@ -215,18 +220,97 @@ class HttpLoad(HostDriver):
         return False
 
 
-def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
-    lines = raw.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ", 2)[1])
-    headers = {}
-    for line in lines[1:]:
-        key, sep, value = line.partition(":")
-        if sep:
-            headers[key.strip().lower()] = value.strip()
-    return status, headers
+#: the LoadGen client process: LoadGen keeps global state, and a duet's two drivers run at once
+LOADGEN_CLIENT = ("import json, sys; from isobench.workloads.llm_serve import loadgen_client; "
+                  "print(json.dumps(loadgen_client(json.load(sys.stdin))))")
 
 
-DRIVERS: dict[str, type[HostDriver]] = {HttpLoad.name_: HttpLoad}
+class LlmStreamLoad(HttpLoad):
+    """Stream generations from llm-serve's ``/generate`` and time every token as the client sees it:
+    after the warm-up requests, a closed loop at ``concurrency`` (``requests``, or on until
+    ``min_seconds``), or MLPerf LoadGen's Server scenario (``client: loadgen``) in a process of its
+    own. Each request is an item: connect, the server's phases, server_other and transport."""
+
+    name_ = "llm-stream"
+
+    def drive(self, host: str, ready: dict[str, Any]) -> None:
+        from isobench.workloads.llm_serve import LlmServeParams, TokenDigest, host_prompts, stream_metrics
+
+        params = LlmServeParams(**self.cell.params)
+        prompts = host_prompts(params, Path(str(self.cell.data_dir)), self.cell.seed)
+        port = int(ready["port"])
+        warmup = self.cell.warmup_items if params.warmup_requests is None else params.warmup_requests
+        self.replies: list[Any] = []
+        digest = TokenDigest(params.requests)
+        errors = asyncio.run(self._closed_loop(host, port, prompts, params, 0, warmup, 0.0, digest, record=False))
+        self.info.update(client=params.client, stream="server-sent events", warmup_requests=warmup,
+                         keepalive=params.keepalive)
+        if params.client == "loadgen":
+            self._loadgen(host, port, prompts)
+            return
+        started = time.perf_counter()
+        errors += asyncio.run(self._closed_loop(host, port, prompts, params, warmup, params.requests,
+                                                params.min_seconds, digest, record=True))
+        wall = time.perf_counter() - started
+        if not self.items:
+            raise RuntimeError(f"no request succeeded ({len(errors)} failed; first: {errors[:1]})")
+        self.metrics.update(stream_metrics(self.replies, wall, params.batch_size * params.output_tokens))
+        self.metrics.update({"client.requests": len(self.items), "client.errors": len(errors),
+                             "client.concurrency": params.concurrency})
+        self.info.update(concurrency=params.concurrency, wall_s=wall, requests=len(self.items), errors=len(errors),
+                         first_errors=errors[:3], tokens_digest=digest.hexdigest(), digest_requests=params.requests)
+
+    async def _closed_loop(self, host: str, port: int, prompts: list[str], params: Any, first: int, count: int,
+                           min_seconds: float, digest: Any, record: bool) -> list[str]:
+        from isobench.workloads.llm_serve import request_body, stream_generation
+
+        indices = itertools.count(first)
+        started = time.perf_counter()
+        errors: list[str] = []
+
+        async def client() -> None:
+            conn = None
+            while not self.stopping.is_set():
+                index = next(indices)
+                if index - first >= count and time.perf_counter() - started >= min_seconds:
+                    break
+                body = request_body(prompts, index, params.batch_size, warmup=not record)
+                try:
+                    reply, conn = await stream_generation(host, port, body, conn, params.keepalive)
+                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    conn = None
+                    if len(errors) > 10 and not self.items:
+                        break
+                    continue
+                digest.add(index, reply)
+                if record:
+                    self.replies.append(reply)
+                    self.items.append({"i": len(self.items), "e2e": reply.e2e, "phases": reply.phases()})
+            if conn is not None:
+                conn[1].close()
+
+        await asyncio.gather(*(client() for _ in range(params.concurrency)))
+        return errors
+
+    def _loadgen(self, host: str, port: int, prompts: list[str]) -> None:
+        config = {"host": host, "port": port, "prompts": prompts, "params": self.cell.params, "seed": self.cell.seed}
+        proc = subprocess.run([sys.executable, "-c", LOADGEN_CLIENT], input=json.dumps(config), capture_output=True,
+                              text=True, timeout=self.cell.timeout_s)
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"the LoadGen client exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+        result = json.loads(lines[-1])
+        if not result["items"]:
+            raise RuntimeError(f"no query succeeded (first errors: {result['errors'][:2]})")
+        self.items.extend({"i": i, **item} for i, item in enumerate(result["items"]))
+        self.metrics.update(result["metrics"])
+        self.metrics.update({"client.requests": len(result["items"]), "client.errors": len(result["errors"])})
+        self.info.update(loadgen=result["info"], requests=len(result["items"]), errors=len(result["errors"]),
+                         first_errors=result["errors"][:3])
+
+
+DRIVERS: dict[str, type[HostDriver]] = {HttpLoad.name_: HttpLoad, LlmStreamLoad.name_: LlmStreamLoad}
 
 
 def start_host_driver(cell: Cell, platform: Platform, launched: Launched,

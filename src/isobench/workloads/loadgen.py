@@ -13,6 +13,13 @@ the start of work: the Server and Offline backlog), ``preprocess``, ``inference`
 its logs to a temporary directory inside the cell; its verdict (VALID/INVALID, with the
 reasons) and key numbers come back in the ``done`` record and are stored as
 ``workload.loadgen.*`` metrics and in the cell's platform_info.
+
+For generated tokens (``llm-serve``'s ``client: loadgen``), :func:`run_token_server` runs the
+Server scenario with LoadGen's token latencies (``use_token_latencies``): the system under test
+reports each query's first token (``FirstTokenComplete``) and its end with its token count, and
+LoadGen judges the TTFT and TPOT percentiles against ``ttft_latency`` and ``tpot_latency``.
+:func:`token_constraints` is the same percentile rule in Python, for a check on the per-query
+timings a client recorded.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -101,16 +110,118 @@ def parse_logs(log_dir: Path, scenario: str) -> tuple[dict[str, Any], dict[str, 
     for name, key in (("query_count", "result_query_count"), ("overlatency_queries", "result_overlatency_query_count")):
         if isinstance(detail.get(key), int | float):
             metrics[f"loadgen.{name}"] = detail[key]
+    tokens = "result_first_token_mean_latency_ns" in detail
+    if tokens:  # LoadGen's token latencies (use_token_latencies): TTFT and TPOT per query
+        for name, key in (("ttft_mean", "result_first_token_mean_latency_ns"),
+                          ("ttft_p90", "result_first_token_90.00_percentile_latency_ns"),
+                          ("ttft_p99", "result_first_token_99.00_percentile_latency_ns"),
+                          ("ttft_max", "result_first_token_max_latency_ns"),
+                          ("tpot_mean", "result_time_to_output_token_mean"),
+                          ("tpot_p90", "result_time_per_output_token_90.00_percentile_ns"),
+                          ("tpot_p99", "result_time_per_output_token_99.00_percentile_ns"),
+                          ("tpot_max", "result_time_to_output_token_max")):
+            if isinstance(detail.get(key), int | float):
+                metrics[f"loadgen.{name}"] = (detail[key] * NS, "s")
+        if isinstance(detail.get("result_completed_tokens_per_second"), int | float):
+            metrics["loadgen.tokens_per_s"] = (detail["result_completed_tokens_per_second"], "tokens/s")
     info = {"scenario": scenario, "verdict": verdict,
-            "result_metric": {"SingleStream": "latency_p90", "Offline": "samples_per_s",
-                              "Server": "latency_p99"}[scenario],
+            "result_metric": "tokens_per_s" if tokens else {"SingleStream": "latency_p90", "Offline": "samples_per_s",
+                                                             "Server": "latency_p99"}[scenario],
             "summary": summary_text[:6000]}
     for key in ("result_min_duration_met", "result_min_queries_met", "result_perf_constraints_met",
                 "early_stopping_met", "result_invalid_reason", "early_stopping_result", "loadgen_version",
                 "effective_target_qps", "effective_target_latency_ns", "effective_min_duration_ms",
-                "effective_min_query_count", "effective_target_latency_percentile"):
+                "effective_min_query_count", "effective_target_latency_percentile", "early_stopping_ttft_result",
+                "early_stopping_tpot_result"):
         if key in detail:
             info[key.removeprefix("result_")] = detail[key]
+    return metrics, info
+
+
+def loadgen_percentile(values: list[float], q: float) -> float:
+    """LoadGen's percentile (results.cc): the ascending values at index floor(n × q), no interpolation."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def token_constraints(ttfts: list[float], tpots: list[float], ttft_bound_s: float, tpot_bound_s: float,
+                      q: float) -> dict[str, Any]:
+    """LoadGen's Server constraints on token latencies, from per-query times: the TTFT and the TPOT
+    (a query's time after its first token over its tokens after the first) each at LoadGen's
+    percentile ``q`` must not exceed its bound. Early stopping and the minimum duration and query
+    count, which LoadGen's VALID also needs, are not judged here."""
+    ttft, tpot = loadgen_percentile(ttfts, q), loadgen_percentile(tpots, q)
+    return {"percentile": q, "ttft": ttft, "ttft_met": ttft <= ttft_bound_s, "tpot": tpot,
+            "tpot_met": tpot <= tpot_bound_s, "met": ttft <= ttft_bound_s and tpot <= tpot_bound_s}
+
+
+@dataclass(frozen=True)
+class TokenServer:
+    """The Server scenario's settings for generated tokens (LoadGen's names in the comments)."""
+
+    target_qps: float  # server_target_qps: Poisson arrivals
+    ttft_bound_s: float  # ttft_latency
+    tpot_bound_s: float  # tpot_latency
+    percentile: float  # server_target_latency_percentile, for TTFT and TPOT alike
+    min_duration_s: float  # min_duration_ms
+    min_query_count: int  # min_query_count
+    output_tokens: int  # the e2e bound (server_target_latency_ns) is TTFT + TPOT for each later token
+    sample_count: int  # samples in the query sample library
+    seed: int  # qsl, sample index and schedule seeds
+
+
+def first_token(query_id: int) -> None:
+    """Tell LoadGen a query's first token has arrived (its TTFT ends now)."""
+    import mlperf_loadgen as lg
+
+    lg.FirstTokenComplete([lg.QuerySampleResponse(query_id, 0, 0, 1)])
+
+
+def query_complete(query_id: int, tokens: int) -> None:
+    """Tell LoadGen a query has ended with ``tokens`` tokens (its TPOT is the time since its first
+    token over ``tokens`` - 1; at least 2, so LoadGen never divides by zero)."""
+    import mlperf_loadgen as lg
+
+    lg.QuerySamplesComplete([lg.QuerySampleResponse(query_id, 0, 0, max(2, tokens))])
+
+
+def run_token_server(issue: Callable[[int, int], None], test: TokenServer) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run LoadGen's Server scenario with token latencies; ``issue(query_id, sample_index)`` starts
+    one query and must answer it, from any thread, with :func:`first_token` and then
+    :func:`query_complete`. Returns (metrics, info) as :func:`parse_logs` reads LoadGen's logs.
+    LoadGen keeps global state: one run per process at a time."""
+    import mlperf_loadgen as lg
+
+    settings = lg.TestSettings()
+    settings.scenario = lg.TestScenario.Server
+    settings.mode = lg.TestMode.PerformanceOnly
+    settings.server_target_qps = test.target_qps
+    settings.use_token_latencies = True
+    settings.ttft_latency = int(test.ttft_bound_s * 1e9)
+    settings.tpot_latency = int(test.tpot_bound_s * 1e9)
+    settings.server_target_latency_percentile = test.percentile
+    settings.server_target_latency_ns = int((test.ttft_bound_s + test.tpot_bound_s * (test.output_tokens - 1)) * 1e9)
+    settings.min_duration_ms = int(test.min_duration_s * 1000)
+    settings.min_query_count = test.min_query_count
+    settings.sample_index_rng_seed = settings.schedule_rng_seed = settings.qsl_rng_seed = test.seed
+    log_dir = Path(tempfile.mkdtemp(prefix="isobench-loadgen-"))
+    log_settings = lg.LogSettings()
+    log_settings.log_output.outdir = str(log_dir)
+    log_settings.log_output.copy_summary_to_stdout = False
+    log_settings.enable_trace = False
+    try:
+        sut = lg.ConstructSUT(lambda samples: [issue(s.id, s.index) for s in samples], lambda: None)
+        qsl = lg.ConstructQSL(test.sample_count, test.sample_count, lambda indices: None, lambda indices: None)
+        try:
+            lg.StartTestWithLogSettings(sut, qsl, settings, log_settings)
+        finally:
+            lg.DestroyQSL(qsl)
+            lg.DestroySUT(sut)
+        metrics, info = parse_logs(log_dir, "Server")
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    info.update(ttft_bound_s=test.ttft_bound_s, tpot_bound_s=test.tpot_bound_s, percentile=test.percentile,
+                target_qps=test.target_qps)
     return metrics, info
 
 

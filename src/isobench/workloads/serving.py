@@ -79,6 +79,46 @@ def parse_server_timing(value: str) -> dict[str, float]:
     return result
 
 
+def parse_response_head(raw: bytes) -> tuple[int, dict[str, str]]:
+    """An HTTP/1.1 response's status line and headers (names lower-cased), for the host's clients."""
+    lines = raw.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = {}
+    for line in lines[1:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            headers[key.strip().lower()] = value.strip()
+    return status, headers
+
+
+def new_server_state() -> dict[str, Any]:
+    """What the server's handlers share: the per-cell shutdown token, when a request last came, and
+    whether ``/shutdown`` ended it (else the idle watchdog did)."""
+    return {"served": [], "last_request": time.monotonic(), "shutdown_requested": False,
+            "token": secrets.token_urlsafe(32)}
+
+
+def control_routes(state: dict[str, Any]) -> list[Any]:
+    """``GET /health`` and ``POST /shutdown`` (which needs the cell's token), for every serving workload."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    async def health(request: Request) -> Response:
+        state["last_request"] = time.monotonic()
+        return JSONResponse({"ok": True})
+
+    async def shutdown(request: Request) -> Response:
+        offered = request.headers.get(TOKEN_HEADER, "")
+        if not hmac.compare_digest(offered.encode(), str(state["token"]).encode()):
+            return JSONResponse({"error": f"shutdown needs this cell's {TOKEN_HEADER}"}, status_code=403)
+        state["shutdown_requested"] = True
+        state["server"].should_exit = True
+        return JSONResponse({"shutting_down": True})
+
+    return [Route("/health", health), Route("/shutdown", shutdown, methods=["POST"])]
+
+
 def make_app(classifier: Classifier, state: dict[str, Any]) -> Any:
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -96,20 +136,54 @@ def make_app(classifier: Classifier, state: dict[str, Any]) -> Any:
         state["served"].append((total, phases))
         return JSONResponse({"labels": labels}, headers={"Server-Timing": server_timing_header(phases, total)})
 
-    async def health(request: Request) -> Response:
-        state["last_request"] = time.monotonic()
-        return JSONResponse({"ok": True})
+    return Starlette(routes=[Route("/classify", classify, methods=["POST"]), *control_routes(state)])
 
-    async def shutdown(request: Request) -> Response:
-        offered = request.headers.get(TOKEN_HEADER, "")
-        if not hmac.compare_digest(offered.encode(), str(state["token"]).encode()):
-            return JSONResponse({"error": f"shutdown needs this cell's {TOKEN_HEADER}"}, status_code=403)
-        state["shutdown_requested"] = True
-        state["server"].should_exit = True
-        return JSONResponse({"shutting_down": True})
 
-    return Starlette(routes=[Route("/classify", classify, methods=["POST"]), Route("/health", health),
-                             Route("/shutdown", shutdown, methods=["POST"])])
+def listening_socket(ctx: CellContext) -> tuple[socket.socket, str, int]:
+    """(socket, address, port): an ephemeral port on the address the runner chose. On the host's
+    network: loopback only (the driver runs on this host). A bridged container has a network
+    namespace of its own and is reached on its bridge address: the runner passes 0.0.0.0 for it.
+    An ephemeral port: no clash with anything else."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listen = str(ctx.cell.get("listen") or "127.0.0.1")
+    sock.bind((listen, 0))
+    sock.listen(1024)
+    return sock, listen, sock.getsockname()[1]
+
+
+def http_server(app: Any, state: dict[str, Any]) -> Any:
+    """The uvicorn server for ``app`` (h11, no access log, no lifespan), kept in ``state``."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", loop="asyncio",
+                            http="h11", timeout_keep_alive=30)
+    state["server"] = uvicorn.Server(config)
+    return state["server"]
+
+
+def serve_until_shutdown(sock: socket.socket, state: dict[str, Any], idle_timeout_s: float) -> None:
+    """Serve until ``POST /shutdown``; a server that hears nothing for ``idle_timeout_s`` gives up
+    with an error (the load driver never came, or stopped)."""
+    server = state["server"]
+
+    async def serve() -> None:
+        async def watchdog() -> None:
+            while not server.should_exit:
+                await asyncio.sleep(0.5)
+                if time.monotonic() - state["last_request"] > idle_timeout_s:
+                    server.should_exit = True
+
+        guard = asyncio.create_task(watchdog())
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            guard.cancel()
+
+    asyncio.run(serve())
+    if not state["shutdown_requested"]:
+        raise RuntimeError(f"no request for {idle_timeout_s:g} s: the load driver never came "
+                           "(or stopped); the server gave up")
 
 
 @WORKLOADS.register("serve")
@@ -134,8 +208,6 @@ class Serve(JpegData, Workload):
         return TORCH_IMPORT_S + 3.0 + work
 
     def run(self, params: ServeParams, ctx: CellContext) -> None:  # type: ignore[override]
-        import uvicorn
-
         assert ctx.data_dir is not None, "serve needs its data set (for the class names)"
         with ctx.setup("data_load"):
             _, classes = list_jpeg_folder(ctx.data_dir)
@@ -148,28 +220,13 @@ class Serve(JpegData, Workload):
                 classifier = Classifier(build_model(params.model, len(classes), ctx.seed), classes,
                                         params.image_size, params.top_k)
         with ctx.setup("listen"):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            # On the host's network: loopback only (the driver runs on this host). A bridged
-            # container has a network namespace of its own and is reached on its bridge address:
-            # the runner passes 0.0.0.0 for it. An ephemeral port: no clash with anything else.
-            listen = str(ctx.cell.get("listen") or "127.0.0.1")
-            sock.bind((listen, 0))
-            sock.listen(1024)
-            port = sock.getsockname()[1]
-            state: dict[str, Any] = {"served": [], "last_request": time.monotonic(), "shutdown_requested": False,
-                                     "token": secrets.token_urlsafe(32)}
-            config = uvicorn.Config(make_app(classifier, state), log_level="warning", access_log=False,
-                                    lifespan="off", loop="asyncio", http="h11", timeout_keep_alive=30)
-            server = uvicorn.Server(config)
-            state["server"] = server
+            sock, listen, port = listening_socket(ctx)
+            state = new_server_state()
+            http_server(make_app(classifier, state), state)
         ctx.start_run()
         ctx.emit({"type": "ready", "port": port, "listen": listen, "protocol": "http", "path": "/classify",
                   "token": state["token"]})
-        asyncio.run(self._serve(server, sock, state, params.idle_timeout_s))
-        if not state["shutdown_requested"]:
-            raise RuntimeError(f"no request for {params.idle_timeout_s:g} s: the load driver never came "
-                               "(or stopped); the server gave up")
+        serve_until_shutdown(sock, state, params.idle_timeout_s)
         served = state["served"]
         info: dict[str, Any] = {"server": {"requests_served": len(served), "port": port, "listen": listen,
                                            "concurrency_model": "one request at a time at the model"}}
@@ -179,17 +236,3 @@ class Serve(JpegData, Workload):
         if manifest is not None:
             info["artifact"] = manifest
         ctx.note(info=info, metrics=metrics)
-
-    @staticmethod
-    async def _serve(server: Any, sock: socket.socket, state: dict[str, Any], idle_timeout_s: float) -> None:
-        async def watchdog() -> None:
-            while not server.should_exit:
-                await asyncio.sleep(0.5)
-                if time.monotonic() - state["last_request"] > idle_timeout_s:
-                    server.should_exit = True
-
-        guard = asyncio.create_task(watchdog())
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            guard.cancel()
