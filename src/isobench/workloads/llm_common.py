@@ -94,6 +94,25 @@ def prepare_llm_data(params: LlmParams, target: Path) -> None:
     _generate_atomically(target, fill)
 
 
+class LlmData:
+    """What llm-generate and llm-serve share as workloads: the model's modules to import before
+    timing, and the generated corpus and tokenizer as their data set."""
+
+    imports: tuple[str, ...] = ("torch", "tokenizers")
+
+    @classmethod
+    def import_modules(cls, params: LlmParams) -> tuple[str, ...]:
+        return (*cls.imports, f"transformers.models.{params.model}.modeling_{params.model}")
+
+    @classmethod
+    def data_key(cls, params: LlmParams) -> str:
+        return llm_data_key(params)
+
+    @classmethod
+    def prepare_data(cls, params: LlmParams, target: Path) -> None:
+        prepare_llm_data(params, target)
+
+
 def train_byte_bpe(corpus: Path, vocab_size: int, out: Path) -> None:
     """GPT-2's kind of tokenizer: BPE merges over bytes, so any text encodes without an unknown token."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -23,7 +23,6 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from isobench.workloads import WORKLOADS
@@ -33,13 +32,12 @@ from isobench.workloads.llm_common import (
     DECODE_S,
     PREFILL_S,
     CausalStep,
+    LlmData,
     LlmParams,
     build_language_model,
     build_prompts,
     kv_cache_bytes,
-    llm_data_key,
     load_prompt_tokenizer,
-    prepare_llm_data,
 )
 from isobench.workloads.timing import CLOCK, phase_clock, resolve_device
 
@@ -153,7 +151,7 @@ def serve_requests(ctx: CellContext, params: LlmParams, step: Callable[[Any, Any
 
 
 @WORKLOADS.register("llm-generate")
-class LlmGenerate(Workload):
+class LlmGenerate(LlmData, Workload):
     description = "LLM generation in-process (Llama or GPT-2, random weights, byte-level BPE): TTFT, TPOT, tokens/s"
     item = "request"
     phases = LLM_PHASES
@@ -161,18 +159,6 @@ class LlmGenerate(Workload):
     Params = LlmParams
     imports = ("torch", "tokenizers")
     headline_metrics = {"ttft": "time", "tpot": "time", "tokens_per_s": "rate"}
-
-    @classmethod
-    def import_modules(cls, params: LlmParams) -> tuple[str, ...]:  # type: ignore[override]
-        return (*cls.imports, f"transformers.models.{params.model}.modeling_{params.model}")
-
-    @classmethod
-    def data_key(cls, params: LlmParams) -> str:  # type: ignore[override]
-        return llm_data_key(params)
-
-    @classmethod
-    def prepare_data(cls, params: LlmParams, target: Path) -> None:  # type: ignore[override]
-        prepare_llm_data(params, target)
 
     @classmethod
     def estimate_s(cls, params: LlmParams) -> float:  # type: ignore[override]

@@ -47,12 +47,11 @@ from isobench.workloads.llm_common import (
     DECODE_S,
     PREFILL_S,
     CausalStep,
+    LlmData,
     LlmParams,
     build_language_model,
     build_prompts,
-    llm_data_key,
     load_prompt_tokenizer,
-    prepare_llm_data,
 )
 from isobench.workloads.llm_generate import START_S, percentile, token_picker
 from isobench.workloads.serving import (
@@ -435,7 +434,7 @@ def loadgen_client(config: dict[str, Any]) -> dict[str, Any]:
 
 
 @WORKLOADS.register("llm-serve")
-class LlmServe(Workload):
+class LlmServe(LlmData, Workload):
     description = ("llm-generate's model behind an HTTP server in the cell, tokens streamed to a client on the "
                    "host (server-sent events): TTFT, TPOT, tokens/s, server vs transport")
     item = "request"
@@ -446,18 +445,6 @@ class LlmServe(Workload):
     needs_network = True
     host_driver = "llm-stream"
     headline_metrics = {"ttft": "time", "tpot": "time", "tokens_per_s": "rate"}
-
-    @classmethod
-    def import_modules(cls, params: LlmServeParams) -> tuple[str, ...]:  # type: ignore[override]
-        return (*cls.imports, f"transformers.models.{params.model}.modeling_{params.model}")
-
-    @classmethod
-    def data_key(cls, params: LlmServeParams) -> str:  # type: ignore[override]
-        return llm_data_key(params)
-
-    @classmethod
-    def prepare_data(cls, params: LlmServeParams, target: Path) -> None:  # type: ignore[override]
-        prepare_llm_data(params, target)
 
     @classmethod
     def estimate_s(cls, params: LlmServeParams) -> float:  # type: ignore[override]
