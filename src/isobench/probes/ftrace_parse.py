@@ -27,11 +27,16 @@ Devices are ``major << 20 | minor`` (the kernel's dev_t); -1 where a field is ab
 ``line`` is each event's byte offset, so the task name (comm) can be read for the few
 lines that need it. ``tests/ftrace_reference.py`` holds a line-by-line regex parser producing
 the same columns: the tests check the two agree and the benchmark compares their speed.
+
+The events of ``RAW_FIELDS`` (the cell's page faults, syscalls and new tasks: nearly all of a
+trace's volume) can also be read as the kernel's binary ring-buffer pages (``parse_raw``): the
+same columns, the fields found through each event's ``format`` file, times in nanoseconds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -147,3 +152,72 @@ def parse(raw: bytes | bytearray | memoryview | np.ndarray) -> Events:
 
 def parse_file(path: str) -> Events:
     return parse(np.fromfile(path, dtype=np.uint8))
+
+
+#: the fields read from each raw event, in its a0..a3 order (the table above)
+RAW_FIELDS = {"exceptions/page_fault_user": ("page_fault_user", ("address", "ip", "error_code")),
+              "raw_syscalls/sys_enter": ("sys_enter", ("id",)),
+              "task/task_newtask": ("task_newtask", ("pid", "clone_flags"))}
+
+
+@dataclass(frozen=True)
+class RawLayout:
+    """Where the fields of each raw event are, one row per event: the kernel's event id, its
+    ``EVENTS`` code and, per slot a0..a3, the field's offset (-1: none), size and signedness."""
+
+    ids: np.ndarray
+    codes: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    signed: np.ndarray
+
+
+def raw_layout(events_dir: Path, events: list[str]) -> RawLayout | None:
+    """The layout of ``events`` from their ``format`` files; None when one of them cannot be read
+    raw (not in ``RAW_FIELDS``, or a field this kernel names otherwise): then read it as text."""
+    ids, codes = [], []
+    offsets = np.full((len(events), 4), -1, dtype=np.int64)
+    sizes = np.zeros((len(events), 4), dtype=np.int64)
+    signed = np.zeros((len(events), 4), dtype=np.bool_)
+    for row, name in enumerate(events):
+        if name not in RAW_FIELDS:
+            return None
+        code, wanted = RAW_FIELDS[name]
+        fields: dict[str, tuple[int, int, bool]] = {}
+        try:
+            text = (events_dir / name / "format").read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("ID:"):
+                ids.append(int(line[3:]))
+            elif line.startswith("field:"):  # field:unsigned long ip;\toffset:16;\tsize:8;\tsigned:0;
+                parts = dict(part.strip().split(":", 1) for part in line.split(";") if ":" in part)
+                declared = parts["field"].split("[")[0].split()[-1]
+                fields[declared] = (int(parts["offset"]), int(parts["size"]), parts.get("signed", "0").strip() == "1")
+        if len(ids) != row + 1 or any(field not in fields or fields[field][1] > 8 for field in wanted):
+            return None
+        codes.append(CODE[code])
+        for slot, field in enumerate(wanted):
+            offsets[row, slot], sizes[row, slot], signed[row, slot] = fields[field]
+    return RawLayout(np.array(ids, dtype=np.int64), np.array(codes, dtype=np.int8), offsets, sizes, signed)
+
+
+def parse_raw(raw: bytes | bytearray | np.ndarray, layout: RawLayout) -> Events:
+    """Parse a raw trace file (ring-buffer pages, see ``ftrace_kernels.parse_raw_into``) into
+    columns, in time order (each CPU's pages are in order, the CPUs are merged here)."""
+    buf = raw.view() if isinstance(raw, np.ndarray) else np.frombuffer(raw, dtype=np.uint8)
+    buf.flags.writeable = False  # one numba signature for every caller (see parse)
+    from isobench.probes import ftrace_kernels
+
+    capacity = len(buf) // 12 + len(buf) // 4096 + 1  # a record holds 12 bytes at least; a lost row per page
+    cols = (np.empty(capacity, np.float64), np.empty(capacity, np.int32), np.empty(capacity, np.int16),
+            np.empty(capacity, np.int8), np.empty(capacity, np.int64), np.empty(capacity, np.int64),
+            np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.empty(capacity, np.int64))
+    count = ftrace_kernels.parse_raw_into(buf, layout.ids, layout.codes, layout.offsets, layout.sizes,
+                                          layout.signed, *cols)
+    events = Events(*(column[:count] for column in cols))
+    if count > 1 and np.any(np.diff(events.time_s) < 0):
+        return events.select(np.argsort(events.time_s, kind="stable"))
+    return Events(*(column.copy() for column in (getattr(events, name) for name in COLUMNS)))
