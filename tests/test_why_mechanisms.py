@@ -10,6 +10,7 @@ without the injection: the A/A entry)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -111,11 +112,14 @@ def test_a_cpu_quota_is_put_on_throttling_and_removing_it_confirms_it(ground_tru
     hint = next(h for h in rows["hints"] if h.rule == "mechanism-throttling" and h.figure == figure)  # type: ignore[attr-defined]
     assert hint.status == "confirmed" and "without cpus" in hint.text, hint.text
     # the runner counts the host context switches of the cell's threads over the window: a throttled
-    # cell is switched out at every period it runs out of quota (evidence only: not priced)
+    # cell is switched out at every period it runs out of quota (evidence only: not priced). At
+    # cpus 0.6 that is about ten a second, some 0.1 more per item of this size: resolved, not doubled
+    # (the baseline's own switches, timer ticks and the harness, read 0.05-0.11 per item here)
     switches = rows["switches"]
     assert switches.explained is None and switches.missing.startswith("evidence only")  # type: ignore[attr-defined]
-    assert switches.n_platform.mean > 2 * switches.n_baseline.mean + 0.05, (  # type: ignore[attr-defined]
-        switches.n_baseline, switches.n_platform)  # type: ignore[attr-defined]
+    base, quota = switches.n_baseline, switches.n_platform  # type: ignore[attr-defined]
+    more = quota.mean - base.mean
+    assert more > 0.04 and more > 2 * math.hypot(base.se, quota.se), (base, quota)
 
 
 def test_the_summary_says_in_one_line_what_each_mechanism_explains(ground_truth: Path) -> None:
