@@ -141,15 +141,41 @@ def test_producers_run_before_consumers_in_every_round() -> None:
     assert all(c.network == (c.workload == "serve") for c in cells)
 
 
-def test_serving_refuses_platforms_without_a_network() -> None:
-    cell = expand(load_study_text(_study("g", [{"name": "serve"}], [{"name": "baremetal"}]), "g.yaml",
-                                  check_host=False))[0]
-    for name in ("gvisor", "oci"):
-        platform = PLATFORMS.get(name)(PlatformEntry(name=name, runtime="runsc" if name == "oci" else None))
-        with pytest.raises(RuntimeError, match="--network=none"):
-            platform.network_mode(cell)
-    assert PLATFORMS.get("oci")(PlatformEntry(name="oci")).network_mode(cell) == "host"
-    assert PLATFORMS.get("docker")(PlatformEntry(name="docker")).network_mode(cell) == "bridge:isobench-net"
+def test_gvisor_serving_cells_get_network_passthrough_and_others_none() -> None:
+    from isobench.platforms.oci import runtime_argv
+
+    cells = expand(load_study_text(_study("g", [{"name": "serve"}, {"name": "lenet-train"}], [{"name": "baremetal"}]),
+                                   "g.yaml", check_host=False))
+    serving, plain = (next(c for c in cells if c.network == flag) for flag in (True, False))
+    gvisor = PLATFORMS.get("gvisor")(PlatformEntry(name="gvisor"))
+    assert gvisor.network_mode(serving) == "bridge:isobench-net" and gvisor.network_mode(plain) == "none"
+    assert (gvisor.cell_runtime(serving), gvisor.cell_runtime(plain)) == ("runsc-systrap-net", "runsc-systrap")
+    assert "--network=host" in gvisor.runtime_args(serving=True) and "--network=none" in gvisor.runtime_args()
+    assert "--network=host" in runtime_argv("runsc", "run", serving=True)
+    assert "--network=none" in runtime_argv("runsc", "state", "x")
+    assert PLATFORMS.get("oci")(PlatformEntry(name="oci", runtime="runsc")).network_mode(serving) == "host"
+    assert PLATFORMS.get("docker")(PlatformEntry(name="docker")).network_mode(serving) == "bridge:isobench-net"
+    # A runsc runtime isobench did not register (a docker entry naming it) has no serving twin: refused.
+    with pytest.raises(RuntimeError, match="not one isobench registers"):
+        PLATFORMS.get("docker")(PlatformEntry(name="docker", runtime="runsc")).network_mode(serving)
+
+
+def test_a_gvisor_sandbox_serves_over_dockers_bridge(tmp_path: Path) -> None:
+    need_docker()
+    if not PLATFORMS.get("gvisor").check().ok:
+        pytest.skip(f"gVisor cannot run here: {PLATFORMS.get('gvisor').check().reason}")
+    text = _study("gs", [{"name": "serve", "params": {**SERVE, "requests": 12}}], [{"name": "gvisor"}])
+    out = run_study(text, "gs.yaml", tmp_path / "out", False, Console(file=io.StringIO()))
+    db = sqlite3.connect(out / "isobench.sqlite")
+    cell_id, status, error, items, info = db.execute(
+        "SELECT cell_id, status, error, items, platform_info FROM cells").fetchone()
+    assert status == "ok", error
+    info = json.loads(info)
+    assert (info["runtime"], info["runsc_network"], info["network"]) == ("runsc-systrap-net", "passthrough",
+                                                                           "isobench-net")
+    assert info["driver"]["network"] == "bridge:isobench-net" and not info["driver"]["address"].startswith("127.")
+    metrics = _metrics(db, cell_id)
+    assert items == metrics["workload.client.requests"] == 12 and metrics["workload.client.errors"] == 0
 
 
 def test_server_timing_header_round_trip_and_percentiles() -> None:

@@ -51,6 +51,8 @@ from isobench.target import ProbeTarget, cgroups_of_pid, docker_engine_pids, pol
 LABEL_RUNNER = "isobench.runner"
 #: the user-defined bridge serving cells join (dockerd here runs with --bridge=none: no docker0)
 SERVE_NETWORK = "isobench-net"
+#: the suffix of the Docker runtime name that runs a gvisor entry's serving cells (network passthrough)
+SERVING_SUFFIX = "-net"
 NETWORK_OPTIONS = ("bridge", "host")
 ENGINE_HINT = "start one with `./isobench.sh setup` or `dockerd --iptables=false --bridge=none &`"
 
@@ -213,7 +215,7 @@ class DockerBase(Platform):
         knobs = Knobs(**cell.effective_knobs())
         args = ["run", *self.engine_run_options(), "--name", name, "--label", f"{LABEL_RUNNER}={runner_tag()}",
                 "--label", f"isobench.cell={cell.cell_id}", "--network", self._docker_network(cell),
-                "--runtime", self.runtime(), "--workdir", "/tmp"]
+                "--runtime", self.cell_runtime(cell), "--workdir", "/tmp"]
         if self.holds_at_start_line(cell):
             args.append("--interactive")  # the start line's go arrives on stdin
         mounts = [str(data_root()), *cell.mounts] if self.entry.image else cell_mounts(cell.mounts)
@@ -272,11 +274,16 @@ class DockerBase(Platform):
     def network_mode(self, cell: Cell) -> str:
         if not cell.network:
             return "none"
-        if self.runtime().startswith("runsc"):
-            raise RuntimeError("a serving cell needs a network, and isobench registers runsc with "
-                               "--network=none (it refuses the root namespace's network here); "
-                               "serve on docker/runc, oci or baremetal")
+        if self.runtime().startswith("runsc") and self.cell_runtime(cell) == self.runtime():
+            raise RuntimeError("a serving cell needs a network, and this runsc runtime is not one isobench "
+                               "registers (a gvisor entry serves through runsc's network passthrough); "
+                               "serve on a gvisor entry, docker/runc, oci or baremetal")
         return "host" if self.entry.options.get("network") == "host" else f"bridge:{SERVE_NETWORK}"
+
+    def cell_runtime(self, cell: Cell) -> str:
+        """The engine's runtime name for this cell: the entry's, unless a platform needs another
+        registration for some cells (gVisor's serving cells)."""
+        return self.runtime()
 
     def _docker_network(self, cell: Cell) -> str:
         mode = self.network_mode(cell)
@@ -344,7 +351,7 @@ class Docker(DockerBase):
 @PLATFORMS.register("gvisor")
 class GVisor(DockerBase):
     description = ("a gVisor sandbox: runsc as a Docker runtime, one per runsc platform (`platform:`, systrap "
-                   "by default) and build (`runtime_path:`), no network")
+                   "by default) and build (`runtime_path:`); serving cells use runsc's network passthrough")
     runtime_default = "runsc"
     startup_estimate_s = 1.6
     takes_runsc_platform = True
@@ -378,14 +385,23 @@ class GVisor(DockerBase):
     def runsc_binary(self) -> str:
         return self.entry.runtime_path or shutil.which("runsc") or "/usr/bin/runsc"
 
-    def runtime_args(self) -> list[str]:
-        # runsc refuses a network in the root namespace: --network=none. The platform is always
-        # passed, so the binary's built-in default (ptrace in 2022's builds) never decides.
-        return ["--network=none", f"--platform={self.runsc_platform()}"]
+    def runtime_args(self, serving: bool = False) -> list[str]:
+        # The platform is always passed, so the binary's built-in default (ptrace in 2022's builds)
+        # never decides. runsc's own network stack (--network=sandbox) refuses the namespace Docker
+        # gives it here ("cannot run with network enabled in root network namespace"): a cell with
+        # no network gets none, and a serving cell gets runsc's network passthrough (--network=host),
+        # its sandbox reaching the network namespace Docker made through the host kernel's stack.
+        network = "--network=host" if serving else "--network=none"
+        return [network, f"--platform={self.runsc_platform()}"]
 
     def runtime(self) -> str:
         """The Docker runtime name: one per (build, platform), see platforms/runsc.py."""
         return docker_runtime_name(self.runsc_platform(), self.entry.runtime_path)
+
+    def cell_runtime(self, cell: Cell) -> str:
+        # A serving cell's sandbox needs a network: the same build and platform, registered with
+        # network passthrough under its own name (cells' results record it as runsc_network).
+        return self.runtime() + SERVING_SUFFIX if cell.network else self.runtime()
 
     def default_display(self) -> str:
         return "gvisor/runsc"  # the build and its platform are in every result's versions
@@ -445,9 +461,12 @@ class GVisor(DockerBase):
 
     def prepare(self) -> None:
         register_runtime(self.runtime(), self.runsc_binary(), self.runtime_args())
+        register_runtime(self.runtime() + SERVING_SUFFIX, self.runsc_binary(), self.runtime_args(serving=True))
         super().prepare()
 
     def collect(self, launched: Launched) -> dict[str, Any]:
         info = super().collect(launched)
         info["runsc_platform"] = self._engine_platform()  # after the cell, outside its measured window
+        if str(info.get("runtime") or "").endswith(SERVING_SUFFIX):
+            info["runsc_network"] = "passthrough"  # the host kernel's network stack, not gVisor's netstack
         return info

@@ -57,11 +57,12 @@ def state_key(runtime: str, binary: str | None = None) -> str:
     return f"{runtime}-{hashlib.sha256(os.path.abspath(binary).encode()).hexdigest()[:10]}"
 
 
-def runtime_argv(runtime: str, *args: str, binary: str | None = None) -> list[str]:
-    """The runtime's command line (``binary``: another build than the one on PATH)."""
+def runtime_argv(runtime: str, *args: str, binary: str | None = None, serving: bool = False) -> list[str]:
+    """The runtime's command line (``binary``: another build than the one on PATH). runsc gets no
+    network, or for a serving cell its network passthrough: its own stack refuses the host's namespace."""
     root = str(STATE_ROOT / state_key(runtime, binary))
     if runtime == "runsc":
-        return [binary or "runsc", f"--root={root}", "--network=none", *args]
+        return [binary or "runsc", f"--root={root}", f"--network={'host' if serving else 'none'}", *args]
     base = [binary or runtime, "--root", root, *args]
     if _needs_private_cgroup_view(runtime):
         unified = cgroup_layout()["cgroup2_mount"]
@@ -166,6 +167,8 @@ class OciLaunched(Launched):
     runtime: str
     #: another build of the runtime (the entry's ``runtime_path``), None for the one on PATH
     binary: str | None = None
+    #: a serving cell: runsc ran it with network passthrough
+    serving: bool = False
 
 
 @PLATFORMS.register("oci")
@@ -308,12 +311,13 @@ class Oci(Platform):
         self.network_mode(cell)  # refuses what cannot work before anything starts
         config = bundle_config(cell, argv, rootfs, cgroups_path, runtime, self._gpu())
         (bundle / "config.json").write_text(json.dumps(config, indent=1))
-        cmd = self._argv("run", "--bundle", str(bundle), container_id)
+        cmd = runtime_argv(runtime, "run", "--bundle", str(bundle), container_id, binary=self.binary(),
+                           serving=cell.network)
         started = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=self.cell_stdin(cell), stdout=subprocess.PIPE, stderr=stderr,
                                 start_new_session=True, cwd=bundle)
         return OciLaunched(proc=proc, name=container_id, started=started, bundle=bundle, runtime=runtime,
-                           binary=self.binary())
+                           binary=self.binary(), serving=cell.network)
 
     def probe_target(self, launched: OciLaunched) -> ProbeTarget:  # type: ignore[override]
         """The container's init pid (from the runtime's state, polled briefly) and its cgroups; the
@@ -340,12 +344,13 @@ class Oci(Platform):
         if launched.runtime == "runsc":
             argv = runtime_argv("runsc", binary=launched.binary)
             info["runsc_platform"] = runsc_platform(argv[1:], argv[0])
+            if launched.serving:
+                info["runsc_network"] = "passthrough"
         return info
 
     def network_mode(self, cell: Cell) -> str:
-        if cell.network and self.runtime() == "runsc":
-            raise RuntimeError("a serving cell needs a network, and isobench runs runsc with --network=none; "
-                               "serve on oci/runc, oci/crun, docker or baremetal")
+        # A serving cell shares the host's network namespace (no bridge without a daemon); runsc's
+        # sandbox reaches it through network passthrough (runtime_argv), recorded as runsc_network.
         return "host" if cell.network else "none"
 
     def cleanup_cell(self, launched: OciLaunched) -> None:  # type: ignore[override]
