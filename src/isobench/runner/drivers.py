@@ -19,11 +19,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from isobench.plan.cells import Cell
 from isobench.platforms.base import Launched, Platform, kill_process_group
+
+#: one client's kept HTTP connection
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 READY_POLL_S = 0.01
 SHUTDOWN_WAIT_S = 30.0
@@ -137,27 +141,46 @@ class HttpLoad(HostDriver):
 
     async def _phase(self, host: str, port: int, bodies: list[bytes], concurrency: int, keepalive: bool,
                      count: int | None, duration: float, record: bool) -> list[str]:
-        next_index = iter(range(10**12))
         deadline = time.perf_counter() + duration if count is None else math.inf
+
+        def more(index: int) -> bool:
+            return (count is None or index < count) and time.perf_counter() < deadline
+
+        def send(index: int, conn: Connection | None) -> Awaitable[tuple[dict[str, Any], Connection | None]]:
+            return self._request(host, port, bodies[index % len(bodies)], conn, keepalive)
+
+        def keep(index: int, item: dict[str, Any]) -> None:
+            if record:
+                item["i"] = len(self.items)
+                self.items.append(item)
+
+        return await self._clients(concurrency, more, send, keep)
+
+    async def _clients(self, concurrency: int, more: Callable[[int], bool],
+                       send: Callable[[int, Connection | None], Awaitable[tuple[Any, Connection | None]]],
+                       keep: Callable[[int, Any], None]) -> list[str]:
+        """``concurrency`` closed-loop clients taking request indices 0, 1, ... in turn while
+        ``more(index)``: each sends its request (``send``, on its kept connection) and hands the reply
+        to ``keep``. A failure is counted as an error and its connection dropped, so the next request
+        opens a fresh one; more than ten failures before any item was kept end the clients."""
+        indices = itertools.count()
         errors: list[str] = []
 
         async def client() -> None:
-            conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+            conn: Connection | None = None
             while not self.stopping.is_set():
-                index = next(next_index)
-                if (count is not None and index >= count) or time.perf_counter() >= deadline:
+                index = next(indices)
+                if not more(index):
                     break
                 try:
-                    item, conn = await self._request(host, port, bodies[index % len(bodies)], conn, keepalive)
+                    reply, conn = await send(index, conn)
                 except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
                     conn = None
                     if len(errors) > 10 and not self.items:
                         break
                     continue
-                if record:
-                    item["i"] = len(self.items)
-                    self.items.append(item)
+                keep(index, reply)
             if conn is not None:
                 conn[1].close()
 
@@ -165,8 +188,7 @@ class HttpLoad(HostDriver):
         return errors
 
     async def _request(self, host: str, port: int, body: bytes,
-                       conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None, keepalive: bool
-                       ) -> tuple[dict[str, Any], tuple[asyncio.StreamReader, asyncio.StreamWriter] | None]:
+                       conn: Connection | None, keepalive: bool) -> tuple[dict[str, Any], Connection | None]:
         clock = time.perf_counter
         t0 = clock()
         if conn is None:
@@ -264,34 +286,22 @@ class LlmStreamLoad(HttpLoad):
                            min_seconds: float, digest: Any, record: bool) -> list[str]:
         from isobench.workloads.llm_serve import request_body, stream_generation
 
-        indices = itertools.count(first)
         started = time.perf_counter()
-        errors: list[str] = []
 
-        async def client() -> None:
-            conn = None
-            while not self.stopping.is_set():
-                index = next(indices)
-                if index - first >= count and time.perf_counter() - started >= min_seconds:
-                    break
-                body = request_body(prompts, index, params.batch_size, warmup=not record)
-                try:
-                    reply, conn = await stream_generation(host, port, body, conn, params.keepalive)
-                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-                    errors.append(f"{type(exc).__name__}: {exc}")
-                    conn = None
-                    if len(errors) > 10 and not self.items:
-                        break
-                    continue
-                digest.add(index, reply)
-                if record:
-                    self.replies.append(reply)
-                    self.items.append({"i": len(self.items), "e2e": reply.e2e, "phases": reply.phases()})
-            if conn is not None:
-                conn[1].close()
+        def more(index: int) -> bool:
+            return index < count or time.perf_counter() - started < min_seconds
 
-        await asyncio.gather(*(client() for _ in range(params.concurrency)))
-        return errors
+        def send(index: int, conn: Connection | None) -> Awaitable[tuple[Any, Connection | None]]:
+            body = request_body(prompts, first + index, params.batch_size, warmup=not record)
+            return stream_generation(host, port, body, conn, params.keepalive)
+
+        def keep(index: int, reply: Any) -> None:
+            digest.add(first + index, reply)
+            if record:
+                self.replies.append(reply)
+                self.items.append({"i": len(self.items), "e2e": reply.e2e, "phases": reply.phases()})
+
+        return await self._clients(params.concurrency, more, send, keep)
 
     def _loadgen(self, host: str, port: int, prompts: list[str]) -> None:
         config = {"host": host, "port": port, "prompts": prompts, "params": self.cell.params, "seed": self.cell.seed}
