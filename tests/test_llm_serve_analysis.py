@@ -104,3 +104,12 @@ def test_a_duet_members_start_line_is_not_the_servers_ready_record() -> None:
     driver = HostDriver(cell, None, Launched(), records)  # type: ignore[arg-type]
     records.append({"type": "ready", "port": 4242, "token": "t"})
     assert driver._wait_ready() == {"type": "ready", "port": 4242, "token": "t"}
+
+
+def test_llm_phases_stack_in_the_order_a_request_passes_them() -> None:
+    from isobench.analysis.views.phases import phase_sorted
+
+    served = ["transport", "decode", "server_other", "prefill", "queue", "detokenize", "connect", "tokenize"]
+    assert phase_sorted(served) == ["connect", "queue", "tokenize", "prefill", "decode", "detokenize",
+                                    "server_other", "transport"]
+    assert phase_sorted(["zeta", "backward", "forward", "alpha"]) == ["forward", "backward", "alpha", "zeta"]

@@ -10,8 +10,9 @@ from isobench.analysis.views.ratios import KERNEL_RE
 
 TRAIN_COMPUTE = ("forward", "backward", "optimizer")
 #: phases in the order they happen, so every figure stacks (and colours) them alike
-PHASE_ORDER = ("fetch_stall", "preprocess", "tokenize", "forward", "inference", "backward", "optimizer",
-               "postprocess", "logging")
+PHASE_ORDER = ("connect", "queue", "fetch_stall", "preprocess", "tokenize", "prefill", "forward", "inference",
+               "decode", "backward", "optimizer", "detokenize", "postprocess", "server_other", "transport",
+               "logging")
 
 
 def phase_sorted(phases: Any) -> list[str]:
