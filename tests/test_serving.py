@@ -80,6 +80,10 @@ def test_train_then_deploy_and_serve_on_bare_metal_and_docker(tmp_path: Path) ->
         assert metrics["workload.client.throughput"] > 0 and metrics["workload.client.concurrency"] == 3
         for phase in ("connect", "inference", "transport", "preprocess"):
             assert metrics[f"phase.{phase}"] > 0
+        # The CPU window is the driver's 24 measured requests, not the server's life (model load, warm-up)
+        window = info["interference"]
+        assert abs(window["window_s"] - info["driver"]["wall_s"]) < 0.25
+        assert metrics["cpu.per_item"] == pytest.approx(window["cell_cpu_s"] / 24)
         store = Store.open(out)
         (table,) = store.items(serve["cell_id"]).values()
         store.close()

@@ -38,8 +38,12 @@ class HostDriver(threading.Thread):
 
     name_: ClassVar[str]
 
-    def __init__(self, cell: Cell, platform: Platform, launched: Launched, records: list[dict[str, Any]]) -> None:
+    def __init__(self, cell: Cell, platform: Platform, launched: Launched, records: list[dict[str, Any]],
+                 mark_window: Callable[[str], None] | None = None) -> None:
         super().__init__(daemon=True, name=f"driver-{cell.seq}")
+        #: opens ("run_start") and closes ("done") the cell's measured window, whose CPU time is divided
+        #: by the driver's items: the server's own marks would take in its warm-up requests and idling
+        self.mark_window = mark_window or (lambda kind: None)
         self.cell = cell
         self.platform = platform
         self.launched = launched
@@ -120,11 +124,13 @@ class HttpLoad(HostDriver):
         concurrency, keepalive = int(params["concurrency"]), bool(params["keepalive"])
         if params["warmup_requests"]:
             await self._phase(host, port, bodies, concurrency, keepalive, int(params["warmup_requests"]), 0.0, False)
+        self.mark_window("run_start")
         started = time.perf_counter()
         duration = float(params["duration_s"])
         errors = await self._phase(host, port, bodies, concurrency, keepalive,
                                    None if duration > 0 else int(params["requests"]), duration, True)
         wall = time.perf_counter() - started
+        self.mark_window("done")
         if not self.items:
             raise RuntimeError(f"no request succeeded ({len(errors)} failed; first: {errors[:1]})")
         e2e = sorted(item["e2e"] for item in self.items)
@@ -267,13 +273,16 @@ class LlmStreamLoad(HttpLoad):
         errors = asyncio.run(self._closed_loop(host, port, prompts, params, 0, warmup, 0.0, digest, record=False))
         self.info.update(client=params.client, stream="server-sent events", warmup_requests=warmup,
                          keepalive=params.keepalive)
+        self.mark_window("run_start")
         if params.client == "loadgen":
             self._loadgen(host, port, prompts)
+            self.mark_window("done")
             return
         started = time.perf_counter()
         errors += asyncio.run(self._closed_loop(host, port, prompts, params, warmup, params.requests,
                                                 params.min_seconds, digest, record=True))
         wall = time.perf_counter() - started
+        self.mark_window("done")
         if not self.items:
             raise RuntimeError(f"no request succeeded ({len(errors)} failed; first: {errors[:1]})")
         self.metrics.update(stream_metrics(self.replies, wall, params.batch_size * params.output_tokens))
@@ -323,15 +332,22 @@ class LlmStreamLoad(HttpLoad):
 DRIVERS: dict[str, type[HostDriver]] = {HttpLoad.name_: HttpLoad, LlmStreamLoad.name_: LlmStreamLoad}
 
 
-def start_host_driver(cell: Cell, platform: Platform, launched: Launched,
-                      records: list[dict[str, Any]]) -> HostDriver | None:
+def has_host_driver(cell: Cell) -> bool:
+    """Whether the cell's items come from a driver on the host (a served workload), not the cell."""
+    from isobench.workloads import WORKLOADS
+
+    return WORKLOADS.get(cell.workload).host_driver is not None
+
+
+def start_host_driver(cell: Cell, platform: Platform, launched: Launched, records: list[dict[str, Any]],
+                      mark_window: Callable[[str], None] | None = None) -> HostDriver | None:
     """Start the workload's host driver beside the cell, if it has one."""
     from isobench.workloads import WORKLOADS
 
     name = WORKLOADS.get(cell.workload).host_driver
     if name is None:
         return None
-    driver = DRIVERS[name](cell, platform, launched, records)
+    driver = DRIVERS[name](cell, platform, launched, records, mark_window)
     driver.start()
     return driver
 

@@ -22,7 +22,7 @@ from isobench.plan.cells import Cell
 from isobench.platforms import PLATFORMS, Launched, Platform
 from isobench.platforms.hostmirror import python_inside
 from isobench.probes.session import ProbeOutcome, ProbeSession
-from isobench.runner.drivers import settle, start_host_driver
+from isobench.runner.drivers import has_host_driver, settle, start_host_driver
 from isobench.runner.interference import Window
 from isobench.runner.interference import metrics as interference_metrics
 from isobench.study.model import PlatformEntry
@@ -228,6 +228,7 @@ def run_cell(cell: Cell, platform: Platform | None = None,
         # the end-of-run snapshots are taken, or the channel ended without a done record
         settled = threading.Event()
         acks_done = _at_start_line(cell, platform)
+        driven = has_host_driver(cell)
 
         def on_mark(kind: str) -> None:
             if kind == "ready":
@@ -235,7 +236,8 @@ def run_cell(cell: Cell, platform: Platform | None = None,
                     targeted.wait(timeout=60)
                     on_ready(launched, dict(window.cgroups or {}))
                 return
-            window.mark(kind)
+            if not driven:  # a served cell's window is its driver's measured requests (below)
+                window.mark(kind)
             if kind == "run_start":  # the measured window opens (after any warm-up items)
                 probes.mark("run_start")
             if kind == "done":  # probes read the cell's counters when its last phase ends, while its cgroup exists
@@ -248,7 +250,8 @@ def run_cell(cell: Cell, platform: Platform | None = None,
 
         reader = _ChannelReader(launched.proc.stdout, on_mark=on_mark, on_end=settled.set)
         reader.start()
-        driver = start_host_driver(cell, platform, launched, reader.records)  # serving: load from the host
+        # serving: load from the host
+        driver = start_host_driver(cell, platform, launched, reader.records, window.mark)
         status = "ok"
         info: dict[str, Any] = {}
         try:
@@ -305,7 +308,8 @@ def run_cell(cell: Cell, platform: Platform | None = None,
         outcome.measured = (window.opened_at, window.closed_at)
     if probe_outcome.status:
         outcome.platform_info["probes"] = probe_outcome.status
-    outcome.interference = window.result(sum(1 for r in reader.records if isinstance(r, dict)
+    outcome.interference = window.result(len(driver.items) if driver is not None else
+                                         sum(1 for r in reader.records if isinstance(r, dict)
                                              and r.get("type") == "item"))
     if outcome.interference:
         outcome.platform_info["interference"] = dict(outcome.interference)
