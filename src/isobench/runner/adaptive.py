@@ -90,6 +90,9 @@ ALPHA = 0.05
 #: ("served": an A/A whose variant's comparisons all stopped, its floor within the margin, before
 #: it had a verdict of its own)
 STOPPED = ("verdict", "reached", "served")
+#: an A/A stops (with the comparisons it is the floor for) once its floor is within this share of the
+#: equivalence margin: a floor at the margin itself leaves no room to show a platform equivalent
+AA_FLOOR_SHARE = 0.75
 RULE = ("alpha spending, Lan–DeMets Pocock type α(t)=0.05·ln(1+(e−1)t), t=rounds/max_repetitions; "
         "each look tests at the increment")
 
@@ -145,7 +148,9 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
             floor = None if c.is_aa else c.noise_floor
             state.verdict, why = verdict_and_reason(c.metric, math.log(c.ratio), c.se, c.df, p, c.margin, alpha,
                                                     n=min(c.n, c.n_baseline), floor=floor)
-            if state.verdict != "inconclusive":
+            if state.verdict != "inconclusive" and not c.is_aa:
+                # (an A/A never stops on a verdict of its own: "faster" there is a false alarm, and the
+                # floor it states keeps narrowing while the comparisons it serves run)
                 state.status, state.reached_at, state.alpha = "verdict", rounds, alpha
             elif goal is not None and width is not None and width <= goal:
                 state.status, state.reached_at = "reached", rounds
@@ -153,14 +158,14 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
                 held.add(_variant(c))  # resolved by its own interval, held back by the A/A floor
         judged.append((c, state))
     # An A/A states the floor for its variant's comparisons: once none of them runs on (and none
-    # is held inside the floor) and the floor it states is within the equivalence margin, more
-    # A/A rounds would narrow a floor that no verdict waits for. A wider floor runs on: the study
-    # states it, and a reader judges every other result by it.
+    # is held inside the floor) and the floor it states is well within the equivalence margin
+    # (AA_FLOOR_SHARE), more A/A rounds would narrow a floor that no verdict waits for. A wider
+    # floor runs on: the study states it, and a reader judges every other result by it.
     waiting = {_variant(c) for c, state in judged if state.status == "running" and not c.is_aa} | held
     for c, state in judged:
         floor = floor_of(c)
         if c.is_aa and state.status == "running" and _variant(c) not in waiting \
-                and floor is not None and floor <= c.margin:
+                and floor is not None and floor <= AA_FLOOR_SHARE * c.margin:
             state.status, state.reached_at = "served", rounds
         states.append(state)
         if state.status == "running":
