@@ -35,7 +35,8 @@ def test_the_follow_up_holds_the_baseline_the_aa_the_suspect_and_the_suspect_wit
     stored = store.meta("study_yaml") or ""
     study = load_study_text(stored, "known", check_host=False)
     tests, skipped = interventions_of(analyse(store, with_views=False).hints, study)
-    assert tests == [{"workload": "lenet-train", "entry": "docker", "knobs": {"data_mount": "copy"}}] and not skipped
+    assert tests == [{"workload": "lenet-train", "entry": "docker", "knobs": {"data_mount": "copy"}, "fields": {}}]
+    assert not skipped
     text, name = follow_up_study(stored, study, "known", tests)
     follow_up = yaml.safe_load(text)
     assert name == "known-explain" == follow_up["name"]
@@ -126,4 +127,5 @@ def test_an_intervention_is_the_same_engine_with_the_knob_added_not_another_runs
     store = Store.open(report_store.build(tmp_path / "known", study_text=text))
     found = [h for h in analyse(store, with_views=False).hints if h.rule == "data-path"]
     assert [h.status for h in found] == ["suspected"], [h.text for h in found]
-    assert found[0].test == {"workload": "lenet-train", "entry": "gvisor-ptrace", "knobs": {"data_mount": "copy"}}
+    assert found[0].test == {"workload": "lenet-train", "entry": "gvisor-ptrace", "knobs": {"data_mount": "copy"},
+                             "fields": {}}

@@ -1,8 +1,10 @@
 """`isobench explain DIR`: run the experiments that test a study's suspected causes.
 
 A root-cause hint with an intervention (the same entry with its data set copied in, without the
-seccomp filter, without an injected cause) stays "suspected" until that entry has run beside the
-one it explains. A resolved overhead that the "why" model (analysis/attribution.py) cannot price
+seccomp filter, without an injected cause, with ``malloc: tuned``, or with one of its own fields
+changed: gVisor on the other runsc platform, a container on the host's network; see
+analysis/interventions.py) stays "suspected" until that entry has run beside the one it explains;
+one that no follow-up can test (more cores for a sandbox's own threads) is listed with why. A resolved overhead that the "why" model (analysis/attribution.py) cannot price
 yet, because the study lacks a mechanism's microbenchmark or the probe that counts its events,
 needs evidence first. ``explain`` writes one follow-up study with the baseline, the study's A/A
 entries, each entry under suspicion, that entry with each intervention, the microbenchmarks
@@ -25,6 +27,13 @@ import yaml
 
 from isobench.analysis.attribution import MECHANISMS, Attribution
 from isobench.analysis.hints import Hint
+from isobench.analysis.interventions import (
+    already_has,
+    describe_fields,
+    field_problem,
+    label_parts,
+    with_fields,
+)
 from isobench.errors import UserError
 from isobench.store import Store
 from isobench.study.aa import is_aa_entry
@@ -33,26 +42,36 @@ from isobench.studyfile import load_study_text, parse_study_yaml
 
 
 def interventions_of(hints: list[Hint], study: Study) -> tuple[list[dict[str, Any]], list[str]]:
-    """The interventions the hints name, each once (workload key, entry key, knobs to add), and
-    why any cannot run: the entry's platform does not take the knob."""
+    """The interventions the hints name, each once (workload key, entry key, knobs to add, entry
+    fields to change), and why any cannot run: the entry's platform does not take the knob or the
+    field, the entry has the change already, or the hint's intervention is untestable by design."""
     from isobench.platforms import PLATFORMS
+    from isobench.platforms.base import PLACEMENT_AND_HOST_KNOBS
 
     found: list[dict[str, Any]] = []
     skipped: list[str] = []
-    from isobench.platforms.base import PLACEMENT_AND_HOST_KNOBS
-
-    plugins = {entry.key: entry.name for entry in study.platforms}
+    entries = {entry.key: entry for entry in study.platforms}
     for hint in hints:
+        if hint.status == "suspected" and hint.untestable and hint.untestable not in skipped:
+            skipped.append(hint.untestable)
         test = hint.test
         if hint.status != "suspected" or test is None or test in found:
             continue
-        plugin = plugins.get(test["entry"])
-        taken = set(PLATFORMS.get(plugin).knobs) | PLACEMENT_AND_HOST_KNOBS if plugin else set()
-        missing = sorted(set(test["knobs"]) - taken) if plugin else ["the entry"]
+        entry, fields = entries.get(test["entry"]), test.get("fields") or {}
+        where = f"{test['workload']} on {test['entry']}"
+        taken = set(PLATFORMS.get(entry.name).knobs) | PLACEMENT_AND_HOST_KNOBS if entry else set()
+        missing = sorted(set(test["knobs"]) - taken) if entry else ["the entry"]
         if missing:
-            skipped.append(f"{test['workload']} on {test['entry']}: its platform has no {', '.join(missing)}")
+            skipped.append(f"{where}: its platform has no {', '.join(missing)}")
             continue
-        found.append(test)
+        assert entry is not None
+        problem = field_problem(entry, fields) if fields else None
+        if problem:
+            skipped.append(f"{where}: its platform {problem}")
+        elif fields and already_has(entry, fields):
+            skipped.append(f"{where}: the entry has {describe_fields(fields, written=True)} already")
+        else:
+            found.append(test)
     return found, skipped
 
 
@@ -85,8 +104,11 @@ def evidence_needed(attributions: list[Attribution]) -> Evidence:
     return needed
 
 
-def intervention_label(entry: str, knobs: dict[str, Any]) -> str:
-    return "-".join([entry, *(f"{k.replace('_', '-')}-{v}" for k, v in sorted(knobs.items()))])[:64]
+def intervention_label(entry: str, knobs: dict[str, Any], fields: dict[str, Any] | None = None) -> str:
+    """The follow-up entry's label: the entry's, then each field change and each knob
+    ("gvisor-platform-ptrace", "docker-data-mount-copy")."""
+    knob_parts = [f"{k.replace('_', '-')}-{v}" for k, v in sorted(knobs.items())]
+    return "-".join([entry, *label_parts(fields or {}), *knob_parts])[:64]
 
 
 def follow_up_study(text: str, study: Study, file: str, tests: list[dict[str, Any]],
@@ -106,8 +128,9 @@ def follow_up_study(text: str, study: Study, file: str, tests: list[dict[str, An
             platforms.append(written)
     for test in tests:
         index = next(i for i, e in enumerate(study.platforms) if e.key == test["entry"])
-        written = dict(raw["platforms"][index])
-        written["label"] = intervention_label(test["entry"], test["knobs"])
+        fields = test.get("fields") or {}
+        written = with_fields(dict(raw["platforms"][index]), fields)
+        written["label"] = intervention_label(test["entry"], test["knobs"], fields)
         merged = {**(written.get("knobs") or {}), **test["knobs"]}
         written["knobs"] = {k: v for k, v in merged.items() if v is not None}  # None: the entry without it
         if written not in platforms:

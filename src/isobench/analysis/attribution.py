@@ -77,7 +77,9 @@ MECHANISMS: tuple[Mechanism, ...] = (
               "counted on the baseline: the platform's own kernel serves them out of the host's sight",
               (({"seccomp": "unconfined"}, "without the seccomp filter each call skips its check"),)),
     Mechanism("page_faults", "page faults", "fault", "process.run.page_faults_minor", "fault-loop", "phase.faults",
-              "extra_faults", None, "counted on the baseline: the platform's kernel reports no fault counts"),
+              "extra_faults", None, "counted on the baseline: the platform's kernel reports no fault counts",
+              (({"malloc": "tuned"}, "glibc then keeps freed memory instead of unmapping it, so the same pages are "
+                                     "not faulted in again each item"),)),
     # the runner reads the cell's CFS throttled time at both ends of the measured window
     # (runner/interference.py): a throttled second is a second the item waits, on any platform
     Mechanism("throttling", "CFS throttling", "throttled", "cpu.throttled_per_item", None, None, None, None,

@@ -15,6 +15,14 @@ from typing import Any, Literal
 from isobench.analysis import evidence as ev
 from isobench.analysis.attribution import INJECTION_KNOBS, Mechanism, reads_per_item
 from isobench.analysis.compare import Comparison, phase_attribution
+from isobench.analysis.interventions import (
+    describe_fields,
+    field_problem,
+    intervention,
+    same_test_entry,
+    serving_network,
+    stored_entries,
+)
 from isobench.analysis.views import Context
 from isobench.analysis.views.faults import fault_table_id, shared_library_share
 from isobench.analysis.views.why import why_table_id
@@ -32,9 +40,13 @@ class Hint:
     #: id of the figure or table in the report that shows the evidence
     figure: str
     status: HintStatus = "suspected"
-    #: the intervention that would test a suspected hint: workload key, entry key and the knobs that
-    #: remove the suspected cause (``isobench explain`` runs it); None when nothing can test it
+    #: the intervention that would test a suspected hint (analysis/interventions.py): workload key,
+    #: entry key, the knobs and the entry fields that remove the suspected cause (``isobench
+    #: explain`` runs it); None when nothing can test it
     test: dict[str, Any] | None = None
+    #: an intervention the evidence calls for that no follow-up of this study can run, and why (one
+    #: line, "workload on entry: ..."; ``isobench explain`` lists it under "cannot test")
+    untestable: str = ""
 
 
 def _e2e(ctx: Context) -> list[Comparison]:
@@ -162,7 +174,7 @@ def fetch_stall(ctx: Context) -> list[Hint]:
             hints.append(Hint("data-path", f"{grows}: the data path (storage, overlay or bind mount) may be slower on "
                                            "this platform (not tested; to test it, add the same entry with "
                                            "`knobs: {data_mount: copy}`, or run `isobench explain`).", figure,
-                              test={"workload": c.workload, "entry": c.label, "knobs": {"data_mount": "copy"}}))
+                              test=intervention(c.workload, c.label, {"data_mount": "copy"})))
             continue
         test = tested[0]
         how = DATA_INSIDE[str(test.knobs["data_mount"])]
@@ -280,19 +292,23 @@ def _change(knobs: dict[str, Any], written: bool = False) -> str:
     return " and ".join(parts)
 
 
-def judge(ctx: Context, c: Comparison, knobs: dict[str, Any]) -> tuple[HintStatus, str] | None:
-    """How the entry with ``knobs`` added (the intervention) fares against ``c``, when the study ran
-    it: confirmed when its overhead's interval lies below c's, refuted when it keeps over half of
-    c's added time, else still suspected; None when the study has no such entry."""
+def judge(ctx: Context, c: Comparison, knobs: dict[str, Any],
+          fields: dict[str, Any] | None = None) -> tuple[HintStatus, str] | None:
+    """How the entry with ``knobs`` added and ``fields`` changed (the intervention) fares against
+    ``c``, when the study ran it: confirmed when its overhead's interval lies below c's, refuted when
+    it keeps over half of c's added time, else still suspected; None when the study has no such entry."""
     wanted = _without_zero_injections({**c.knobs, **knobs})
+    entries = stored_entries(ctx.store) if fields else {}
     test = next((t for t in ctx.comparisons if t.metric == c.metric and t.workload == c.workload and t.host == c.host
-                 and t.params == c.params and ctx.same_engine(t.label, c.label)
-                 and _without_zero_injections(t.knobs) == wanted), None)
+                 and t.params == c.params and _without_zero_injections(t.knobs) == wanted
+                 and (same_test_entry(entries, t.label, c.label, fields) if fields
+                      else ctx.same_engine(t.label, c.label))), None)
     if test is None:
         return None
     extra = c.mean - c.baseline_mean
     removed = (c.mean - test.mean) / extra if extra > 0 else 0.0
-    said = f"{_change(knobs)} ({test.label}) the overhead is {test.ratio:.3f}×, {removed:.0%} of it gone"
+    change = " and ".join(filter(None, [_change(knobs), f"on {describe_fields(fields)}" if fields else ""]))
+    said = f"{change} ({test.label}) the overhead is {test.ratio:.3f}×, {removed:.0%} of it gone"
     if test.ci_high is not None and c.ci_low is not None and test.ci_high < c.ci_low:
         return "confirmed", said
     if removed < 0.5:
@@ -339,7 +355,7 @@ def mechanisms(ctx: Context) -> list[Hint]:
                 found.append(Hint(f"mechanism-{mech.key}", f"{text} (not tested; to test it, add the same entry "
                                                            f"{_change(knobs, written=True)} ({why}), or run "
                                                            "`isobench explain`).", figure,
-                                  test={"workload": c.workload, "entry": c.label, "knobs": knobs}))
+                                  test=intervention(c.workload, c.label, knobs)))
             else:
                 status, said = verdict
                 found.append(Hint(f"mechanism-{mech.key}", f"{text}; {said}.", figure, status=status))
@@ -399,13 +415,37 @@ def decode_or_stream(ctx: Context) -> list[Hint]:
             if share >= 0.5:
                 said = ", ".join(f"{p.metric.removeprefix('phase.')} {p.ratio:.2f}× ({p.baseline_mean * 1e3:.2f} → "
                                  f"{p.mean * 1e3:.2f} ms)" for p in stream)
-                hints.append(Hint("stream-path", f"{where}: only the stream slowed, {said} per request, {share:.0%} of "
-                                                 "the extra time, while the server's own phases held: the network path "
-                                                 "between the client and the server costs it (a bridge's veth pair and "
-                                                 "Linux bridge, a sandbox's network stack); to test it, run the entry on "
-                                                 "the host's network (docker: `options: {network: host}`).",
-                                  f"fig-phases-{c.workload}"))
+                hints.append(stream_hint(ctx, c, f"{where}: only the stream slowed, {said} per request, {share:.0%} "
+                                                 "of the extra time, while the server's own phases held: the network "
+                                                 "path between the client and the server costs it"))
     return hints
+
+
+#: the entry field change that puts a serving cell on the host's network
+HOST_NETWORK = {"options": {"network": "host"}}
+
+
+def stream_hint(ctx: Context, c: Comparison, text: str) -> Hint:
+    """The stream-path hint: tested by the same entry on the host's network where its platform takes
+    it, confirmed or refuted where the study ran that entry; an entry on the host's network already
+    is never told to move there."""
+    figure, entry = f"fig-phases-{c.workload}", stored_entries(ctx.store).get(c.label)
+    if entry is None:
+        return Hint("stream-path", f"{text} (a bridge or a sandbox's network stack; not tested).", figure)
+    if serving_network(entry) == "host":
+        return Hint("stream-path", f"{text}, on the host's network already (no bridge): the platform's own path "
+                                   "to it (its network stack or passthrough) is what remains (not tested).", figure)
+    problem = field_problem(entry, HOST_NETWORK)
+    if problem:
+        return Hint("stream-path", f"{text} (a bridge's veth pair or a sandbox's network stack; not tested: its "
+                                   "platform has no host network to compare with).", figure,
+                    untestable=f"{c.workload} on {c.label}: the host's network: its platform {problem}")
+    verdict = judge(ctx, c, {}, HOST_NETWORK)
+    if verdict is not None:
+        return Hint("stream-path", f"{text}; {verdict[1]}.", figure, status=verdict[0])
+    return Hint("stream-path", f"{text} (a bridge's veth pair and Linux bridge; not tested; to test it, add the "
+                               "same entry with `options: {network: host}`, or run `isobench explain`).", figure,
+                test=intervention(c.workload, c.label, fields=HOST_NETWORK))
 
 
 RULES = (throttling, pinning, optimizer, fetch_stall, sync_writebacks, shared_library_faults, mechanisms,
@@ -413,8 +453,10 @@ RULES = (throttling, pinning, optimizer, fetch_stall, sync_writebacks, shared_li
 
 
 def hints(ctx: Context) -> list[Hint]:
+    from isobench.analysis.field_hints import FIELD_RULES  # they build on this module's Hint and judge
+
     found: list[Hint] = []
-    for rule in RULES:
+    for rule in (*RULES, *FIELD_RULES):
         for hint in rule(ctx):
             if all(hint.text != seen.text for seen in found):
                 found.append(hint)

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 ALL_KNOBS = frozenset({"cpus", "cpuset", "memory", "seccomp", "threads"})
 #: knobs every platform takes, applied by isobench itself: resolved to cpus/cpuset at plan time
 #: (plan/placement.py), host state the runner sets around the cell (runner/hostknobs.py), or
-#: injected inside the worker (slowdown, extra_syscalls, extra_faults: workloads/timing.py)
-PLACEMENT_AND_HOST_KNOBS = frozenset({"slowdown", "slowdown_phases", "extra_syscalls", "extra_faults",
+#: injected inside the worker (slowdown, extra_syscalls, extra_faults: workloads/timing.py), or set by
+#: the worker before the workload loads (malloc: workloads/allocator.py)
+PLACEMENT_AND_HOST_KNOBS = frozenset({"slowdown", "slowdown_phases", "extra_syscalls", "extra_faults", "malloc",
+                                      "extra_writebacks",  # the file-writer's injected writer (file_writer.py)
                                       "placement", "chr", "reserve_idle_cores",
                                       "numa_node", "governor", "max_freq", "power_mode", "jetson_clocks"})
 

@@ -90,6 +90,15 @@ class Knobs(BaseModel):
     extra_faults: int | None = Field(None, ge=0, le=10**7, strict=True,
                                      description="add this many minor page faults (fresh pages touched once) to "
                                      "the end of each timed item, in its `injected` phase; any platform")
+    #: glibc allocator settings, applied by the worker on every platform (workloads/allocator.py)
+    malloc: Literal["tuned"] | None = Field(
+        None, description="tuned: glibc keeps freed memory (mmap threshold 32 MiB, trim threshold 256 MiB, "
+        "top pad 64 MiB) instead of mapping and unmapping it each time; any platform")
+    #: an injected extra writer on the device (workloads/file_writer.py): write-back calls, not time
+    extra_writebacks: float | None = Field(None, gt=0, le=20, description="file-writer: a side thread dirties a "
+                                           "second file beside the checkpoint and has the kernel's flusher write "
+                                           "it back (syncfs) this many times a second, at random moments; any "
+                                           "platform")
     data_mount: Literal["bind", "copy", "volume"] | None = Field(
         None, description="docker: data set bind-mounted, copied into the writable layer, or a named volume")
 

@@ -83,6 +83,11 @@ def main(argv: list[str]) -> int:
               "cell_id": cell.get("cell_id"), "inside": inspect_cell(),
               "python": sys.executable})
     try:
+        malloc = cell.get("knobs", {}).get("malloc")
+        if malloc:  # before the workload's modules load, so the whole run has it
+            from isobench.workloads.allocator import apply_malloc
+
+            ctx.note(malloc=malloc, malloc_env=apply_malloc(str(malloc)))
         from isobench.workloads import WORKLOADS
 
         workload_cls = WORKLOADS.get(cell["workload"])
