@@ -317,8 +317,19 @@ def _check_platform_workloads(study: Study, file: str) -> None:
     """Each platform entry can run each workload's parameters (every sweep value): e.g. an entry
     that passes no GPU in refuses `device: cuda` here, before any cell starts."""
     from isobench.platforms import PLATFORMS
+    from isobench.workloads import WORKLOADS
+    from isobench.workloads.base import WORKLOAD_KNOBS
 
     for w_index, workload in enumerate(study.workloads):
+        own = WORKLOADS.get(workload.name).own_knobs
+        for p_index, entry in enumerate(study.platforms):
+            ignored = sorted((set(study.knobs) | set(entry.knobs)) & (WORKLOAD_KNOBS - own))
+            if ignored:
+                knob = ignored[0]
+                where = f"platforms[{p_index}].knobs" if knob in entry.knobs else "knobs"
+                raise UserError(f"{knob} is carried out only by workloads that name it ({workload.name} would run "
+                                "without it)", file=file, field=f"{where}.{knob}",
+                                fix=f"set it only in a study whose workloads all take it, or remove {workload.key}")
         sweep_keys = sorted(workload.sweep)
         for values in itertools.product(*(workload.sweep[k] for k in sweep_keys)):
             params = {**workload.params, **dict(zip(sweep_keys, values, strict=True))}

@@ -55,7 +55,8 @@ def write_markdown(runs: list[PaperRun], path: Path, commands: list[str], starte
         lines += ["", "## Power: injected effects of the paper's size", "",
                   "With `--power`, each check whose effect can be injected ran again on the baseline platform "
                   "twice, one arm carrying an injected effect of the paper's size (the `slowdown` knob, inside "
-                  "the check's phases) and nothing else different. \"seen\": the check's own analysis reads "
+                  "the check's phases; for device write-back calls, an extra writer on the device, the "
+                  "`extra_writebacks` knob) and nothing else different. \"seen\": the check's own analysis reads "
                   "\"holds\" on that store; \"missed\": it does not, so a \"does not hold\" of that check "
                   "reads \"not testable by this design\" above.", ""]
         for run in powered:

@@ -9,10 +9,12 @@ else is "missed", and a "does not hold" of that check in the real run is no evid
 "not testable by this design" (:func:`apply_power`).
 
 What can be injected here: a ratio check of timed phases (``phase.*``) or of the item's ``e2e``,
-on a platform other than the baseline, whose effect slows the compared arm (a ratio above 1).
-A count (write-back calls, faults: ``probe.*``) would need an injected extra writer or process,
-which is not built; ratios of ratios, largest-phase, value and difference checks would need an
-injection per workload or a known amount; each says so instead of a result.
+on a platform other than the baseline, whose effect slows the compared arm (a ratio above 1);
+and a ratio check of the device's write-back calls (``probe.ftrace.device_*``), whose injected
+arm carries an extra writer on the same device instead (the ``extra_writebacks`` knob, sized
+in replicate/writeback_power.py). Other counts (faults, cycles: ``probe.*``) would need an
+injected process, which is not built; ratios of ratios, largest-phase, value and difference
+checks would need an injection per workload or a known amount; each says so instead of a result.
 
 The injected size is the check's ``effect:`` (the paper's figure on the check's scale). A check
 without one gets an effect derived from its ``expect: "> x"`` (twice the threshold's distance
@@ -37,6 +39,7 @@ from isobench.analysis.finding_power import DESIGN_UNTESTABLE, FAILS, HOLDS, UNT
 from isobench.analysis.finding_result import FindingResult
 from isobench.analysis.finding_spec import Check, PaperFindings
 from isobench.errors import UserError
+from isobench.replicate import writeback_power
 from isobench.report.plaintext import markup
 from isobench.store import Store
 
@@ -60,6 +63,12 @@ class PowerPlan:
     #: the phases the injection goes into (empty: the whole item, for ``e2e``)
     phases: tuple[str, ...] = ()
     reason: str = ""
+    #: "slowdown" (time) or "writer" (an extra writer's device write-back calls)
+    inject: str = "slowdown"
+    #: with "writer": its syncfs calls a second, set from the paper's run before the power run
+    #: (writeback_power.writer_rate), and what they were sized on
+    rate: float | None = None
+    rate_from: str = ""
 
     @property
     def injected(self) -> bool:
@@ -72,6 +81,9 @@ class PowerPlan:
 
     def knobs(self) -> dict[str, Any]:
         """The knobs the injected arm adds to the baseline entry's."""
+        if self.inject == "writer":  # unsized (no paper's run read yet): the periodic calls' rate
+            rate = self.rate or (float(self.effect or 1.0) - 1.0) / writeback_power.flusher_period_s()
+            return {"extra_writebacks": round(min(max(rate, 1e-3), writeback_power.MAX_RATE), 4)}
         knobs: dict[str, Any] = {"slowdown": round(float(self.effect or 1.0) - 1.0, 6)}
         if self.phases:
             knobs["slowdown_phases"] = ",".join(self.phases)
@@ -112,9 +124,26 @@ def derived_effect(check: Check) -> tuple[float | None, str]:
     return expect.value ** 2, f"derived from expect {expect.describe()} (no `effect:`): twice its distance from 1"
 
 
-def plan_check(finding: str, check: Check, default_study: str, baseline: str | None = None) -> PowerPlan:
+def _plan_writer(plan: PowerPlan, check: Check, count_effect: float | None) -> PowerPlan:
+    """An extra writer for a device write-back check: its own effect, else its finding's count's."""
+    plan.inject = "writer"
+    if check.effect is not None:
+        plan.effect, plan.effect_from = check.effect, "effect"
+    elif count_effect is not None:
+        plan.effect = count_effect
+        plan.effect_from = "no `effect:` (the paper gives no figure for it): the writer of its finding's count check"
+    else:
+        plan.reason = "no `effect:` on it or its finding's write-back count: nothing to size an extra writer by"
+    if plan.effect is not None and plan.effect <= 1.0:
+        plan.reason = f"the effect {plan.effect:g} is fewer calls: an extra writer can only add calls"
+    return plan
+
+
+def plan_check(finding: str, check: Check, default_study: str, baseline: str | None = None,
+               count_effect: float | None = None) -> PowerPlan:
     """The injection for one check, or the reason it has none. ``baseline`` is the study's (None:
-    not known here, e.g. a check of another study)."""
+    not known here, e.g. a check of another study); ``count_effect`` its finding's effect on the
+    device write-back count (writeback_power.count_effect), for a write-back check without one."""
     plan = PowerPlan(finding, check.what, check.study or default_study)
     names = _metric_names(check.metric)
     if check.kind != "ratio":
@@ -123,10 +152,13 @@ def plan_check(finding: str, check: Check, default_study: str, baseline: str | N
         plan.reason = "a comparison across workloads or within a knob sweep: no single entry to substitute"
     elif baseline is not None and (check.against or baseline) == check.platform:
         plan.reason = "the compared entry is the baseline itself"
+    elif writeback_power.is_writeback_check(check):
+        _plan_writer(plan, check, count_effect)
     elif check.per or not all(n == "e2e" or n.startswith("phase.") for n in names):
         other = next((n for n in names if not (n == "e2e" or n.startswith("phase."))), check.per or "")
-        plan.reason = (f"{other} is a count or probe reading: injecting it needs an extra writer or "
-                       "process, which is not built" if other.startswith(("probe.", "process.")) or check.per
+        counted = other.startswith(("probe.", "process.")) or check.per
+        plan.reason = (f"{other} is a count or probe reading: injecting it needs an extra process, which is "
+                       "not built (only device write-backs get an extra writer)" if counted
                        else f"{other} is not a timed item phase, the only time the slowdown knob lengthens")
     else:
         effect, said = (check.effect, "effect") if check.effect is not None else derived_effect(check)
@@ -150,7 +182,8 @@ def plan_power(paper: PaperFindings, only: set[str] | None = None,
     the findings in ``only`` when given."""
     default_study = paper.studies[0] if paper.studies else ""
     baselines = baselines or {}
-    return [plan_check(f.id, c, default_study, baselines.get(c.study or default_study))
+    return [plan_check(f.id, c, default_study, baselines.get(c.study or default_study),
+                       writeback_power.count_effect(f.checks))
             for f in paper.findings if only is None or f.id in only
             for c in f.checks if c.workload]
 
@@ -187,6 +220,9 @@ def _check_of(paper: PaperFindings, plan: PowerPlan) -> Check:
 
 
 def injected_words(plan: PowerPlan) -> str:
+    if plan.inject == "writer" and plan.effect is not None:
+        sized = f": {plan.rate_from}" if plan.rate_from else ""
+        return f"an extra writer for {plan.effect:.4g}× the device write-back calls{sized}"
     where = ", ".join(plan.phases) if plan.phases else "the whole item"
     return f"{plan.effect:.4g}× in {where}" if plan.effect is not None else ""
 
@@ -241,6 +277,10 @@ def run_power(paper: PaperFindings, out: Path, resume: bool, quick: bool, max_mi
                                        f"study {plan.study} is not one of the paper's"))
             continue
         directory = out / paper.paper / "power" / plan.slug
+        if plan.inject == "writer" and plan.effect is not None:
+            baseline = check.against or _baselines(paper, {plan.study: texts[plan.study]})[plan.study]
+            plan.rate, plan.rate_from = writeback_power.writer_rate(plan.effect, out / paper.paper / plan.study,
+                                                                    check.workload or "", baseline)
         again = resume and Store.exists(directory)
         if Store.exists(directory) and not again:
             raise UserError("results already there", file=str(directory),

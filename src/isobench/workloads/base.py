@@ -31,6 +31,10 @@ class LoopParams(WorkloadParams):
                                description="go on until at least this long (whichever is longer)")
 
 
+#: knobs that only the workloads naming them in ``own_knobs`` carry out (the rest apply everywhere)
+WORKLOAD_KNOBS = frozenset({"extra_writebacks"})
+
+
 class Workload(ABC):
     name: ClassVar[str]
     description: ClassVar[str] = ""
@@ -62,6 +66,8 @@ class Workload(ABC):
     density: ClassVar[bool] = False
     #: a unit-cost microbenchmark: what each item makes ``events_per_item`` of ("syscalls", "page_faults")
     unit_cost_of: ClassVar[str | None] = None
+    #: knobs of WORKLOAD_KNOBS this workload honours (the others would run as if unset: refused at load)
+    own_knobs: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def artifact_flow(cls, params: WorkloadParams) -> tuple[str | None, str | None]:

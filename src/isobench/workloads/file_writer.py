@@ -8,11 +8,25 @@ With ``train_steps`` each round first trains a small LeNet-style CNN for that ma
 (CPU, random data) and the checkpoint is its real ``torch.save`` state (model and
 optimizer), as a training job's checkpointing is. Files live under ``dir`` (disk-backed by default; a tmpfs is never written back) and are
 removed at the end.
+
+The ``extra_writebacks`` knob (calls a second) injects what a container engine's own writes add
+on the same device (its json-file log, overlay and containerd metadata), so that
+`isobench replicate --power` can check that a design sees more device write-back calls
+(Park & Bahn F6): a side thread of the cell appends a page to a second file beside the checkpoint
+and calls syncfs(2) on it, once at a random moment in each 1/rate-second slot (seeded by the
+cell's seed): the count is the rate's, within one call, while the gaps between calls vary from
+0 to two slots. syncfs hands the file system's dirty inodes to the kernel's flusher
+as a ``sync`` write-back call on that device (at least one counted ``device_writebacks`` call each, as
+measured on ext4 here), the one flusher path whose rate does not wait for the 30-s dirty-expire
+timer or the dirty-background threshold. The done record notes the rate and the calls made.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import random
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +55,7 @@ class FileWriter(Workload):
     item = "round"
     phases = ("write", "sync")
     Params = FileWriterParams
+    own_knobs = frozenset({"extra_writebacks"})
 
     @classmethod
     def estimate_s(cls, params: FileWriterParams) -> float:  # type: ignore[override]
@@ -51,8 +66,12 @@ class FileWriter(Workload):
         payload = os.urandom(params.file_kb * 1024)
         step = _trainer(params.train_steps) if params.train_steps else None
         time.sleep(params.delay_s)
+        rate = ctx.cell.get("knobs", {}).get("extra_writebacks")
+        side = ExtraWriter(Path(f"{base}.side"), float(rate), ctx.seed) if rate else None
         ctx.start_run()
         try:
+            if side is not None:
+                side.start()
             with open(f"{base}.ckpt", "wb") as ckpt, open(f"{base}.log", "ab") as log:
                 for round_no in range(params.rounds):
                     start = time.perf_counter()
@@ -75,8 +94,50 @@ class FileWriter(Workload):
                         time.sleep(params.interval_s)
             time.sleep(params.wait_s)
         finally:
-            for suffix in (".ckpt", ".log"):
+            if side is not None:
+                side.stop()
+                ctx.note(extra_writebacks=rate, extra_writeback_syncs=side.calls)
+            for suffix in (".ckpt", ".log", ".side"):
                 Path(f"{base}{suffix}").unlink(missing_ok=True)
+        if side is not None and side.error:
+            raise RuntimeError(f"extra_writebacks: {side.error}")
+
+
+class ExtraWriter:
+    """The ``extra_writebacks`` knob's side writer: a page appended to ``path`` and syncfs(2) once
+    at a random moment of each 1/``rate``-second slot (seeded), until :meth:`stop`."""
+
+    def __init__(self, path: Path, rate: float, seed: int) -> None:
+        self.path, self.rate = path, rate
+        self.random = random.Random(seed)
+        self.calls = 0
+        self.error = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="extra-writebacks", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+        page = os.urandom(4096)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        start = time.monotonic()
+        try:
+            while not self._stop.wait(max(0.0, start + (self.calls + self.random.random()) / self.rate
+                                          - time.monotonic())):
+                os.write(fd, page)  # a dirty page and inode on the checkpoint's device
+                if syncfs(fd) != 0:
+                    errno = ctypes.get_errno()
+                    self.error = f"syncfs failed: {os.strerror(errno)} (errno {errno})"
+                    return
+                self.calls += 1
+        finally:
+            os.close(fd)
 
 
 def _trainer(steps: int):  # type: ignore[no-untyped-def]
