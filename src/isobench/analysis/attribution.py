@@ -93,7 +93,7 @@ MECHANISMS: tuple[Mechanism, ...] = (
 )
 
 #: knobs that only inject work (ground truth), never part of what an entry is
-INJECTION_KNOBS = frozenset({m.inject_knob for m in MECHANISMS if m.inject_knob} | {"slowdown", "slowdown_phases"})
+INJECTION_KNOBS = frozenset({m.inject_knob for m in MECHANISMS if m.inject_knob} | {"slowdown", "slowdown_phases", "extra_writebacks"})
 
 
 @dataclass
