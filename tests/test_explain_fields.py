@@ -96,6 +96,29 @@ def test_the_other_runsc_platform_in_the_study_judges_the_hint(
     assert [(h.status, h.test) for h in on_ptrace] == ([] if status == "confirmed" else [("refuted", None)])
 
 
+def test_an_other_platform_that_costs_more_confirms_the_suspect_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ptrace costing more than systrap still shows that how calls are taken sets the cost: both
+    hints are confirmed (one with the cost removed, one with it added), neither says "elsewhere"."""
+    known, _ = _gvisor_store(tmp_path, monkeypatch, {
+        "gvisor": ("{name: gvisor}", 1.3, 1.2),
+        "gvisor-ptrace": ("{name: gvisor, label: gvisor-ptrace, platform: ptrace}", 2.0, 1.6)})
+    found = {h.text.split(" on ", 1)[1].split(":", 1)[0]: h for h in _hints(known, "runsc-platform")}
+    systrap, ptrace = found["gvisor (systrap)"], found["gvisor-ptrace (ptrace)"]
+    assert (systrap.status, ptrace.status) == ("confirmed", "confirmed"), (systrap.text, ptrace.text)
+    assert "more added: how the sandbox takes system calls sets this cost" in systrap.text
+    assert "of it gone: how the sandbox takes system calls sets this cost" in ptrace.text
+    assert "elsewhere" not in systrap.text + ptrace.text
+
+
+def test_unit_cost_microbenchmarks_get_no_field_hints() -> None:
+    from isobench.analysis.field_hints import _priced_workloads
+
+    comparisons = [SimpleNamespace(workload=w, metric="e2e", is_aa=False, emulated=False)
+                   for w in ("syscall-loop", "fault-loop", "resnet-infer")]
+    assert [c.workload for c in _priced_workloads(SimpleNamespace(comparisons=comparisons))] == ["resnet-infer"]
+
+
 def test_no_runsc_hint_without_evidence_of_the_sandboxs_own_work(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Slower, but with the same CPU time per item: nothing points at system calls."""

@@ -18,7 +18,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from isobench.analysis.compare import Comparison
-from isobench.analysis.hints import PHASE_GROWTH, STREAM_PHASES, Hint, _e2e, _entry_key, judge
+from isobench.analysis.hints import (
+    PHASE_GROWTH,
+    STREAM_PHASES,
+    Hint,
+    HintStatus,
+    _e2e,
+    _entry_key,
+    intervention_result,
+)
 from isobench.analysis.interventions import cores_per_cell, intervention, stored_entries, stored_study
 from isobench.analysis.views import Context
 from isobench.analysis.views.why import why_table_id
@@ -68,13 +76,42 @@ def _cpu_evidence(ctx: Context, c: Comparison) -> str | None:
     return f"{grown} with the CPU time per item {cpu.ratio:.2f}× the baseline's"
 
 
+def _priced_workloads(ctx: Context) -> list[Comparison]:
+    """Resolved e2e comparisons of real workloads: a unit-cost microbenchmark (syscall-loop,
+    fault-loop) is the evidence that prices a mechanism, not an overhead to explain."""
+    from isobench.workloads import WORKLOADS
+
+    return [c for c in _e2e(ctx) if c.workload not in WORKLOADS or WORKLOADS.get(c.workload).unit_cost_of is None]
+
+
+def judge_either_way(ctx: Context, c: Comparison, fields: dict[str, str]) -> tuple[HintStatus, str] | None:
+    """Where the study ran the entry on the other runsc platform: confirmed when its overhead's
+    interval is clear of ``c``'s on either side (how the calls are taken sets the cost, whichever
+    platform takes them more cheaply), refuted when it moves by under a quarter of the added time
+    with the intervals overlapping, else still suspected; None when the study has no such entry."""
+    test = intervention_result(ctx, c, {}, fields)
+    if test is None:
+        return None
+    extra = c.mean - c.baseline_mean
+    removed = (c.mean - test.mean) / extra if extra > 0 else 0.0
+    moved = f"{removed:.0%} of it gone" if removed >= 0 else f"{-removed:.0%} more added"
+    said = f"on platform={fields['platform']} ({test.label}) the overhead is {test.ratio:.3f}×, {moved}"
+    apart = test.ci_high is not None and test.ci_low is not None and c.ci_low is not None and c.ci_high is not None \
+        and (test.ci_high < c.ci_low or test.ci_low > c.ci_high)
+    if apart:
+        return "confirmed", said + ": how the sandbox takes system calls sets this cost"
+    if abs(removed) < 0.25:
+        return "refuted", said + ": the cause is elsewhere"
+    return "suspected", said + ", not resolved (add repetitions)"
+
+
 def runsc_platform(ctx: Context) -> list[Hint]:
     """The same entry on the other runsc platform, where system calls or the sandbox's own CPU work
     hold the overhead. Never suggested to an entry already on that platform: each entry is told to
     try the platform it is not on, and an entry beside it on that platform judges the hint."""
     hints = []
     entries = stored_entries(ctx.store)
-    for c in _e2e(ctx):
+    for c in _priced_workloads(ctx):
         entry = entries.get(c.label)
         platform = _platform_of(entry) if entry is not None else None
         if entry is None or platform is None or not platform.takes_runsc_platform:
@@ -96,7 +133,7 @@ def runsc_platform(ctx: Context) -> list[Hint]:
                 f"differently (systrap: a seccomp trap and a stub that hands the call to the Sentry; ptrace: the "
                 "Sentry traces the workload's threads)")
         figure = why_table_id(c.workload, c.label, c.knobs)
-        verdict = judge(ctx, c, {}, fields)
+        verdict = judge_either_way(ctx, c, fields)
         if verdict is not None:
             hints.append(Hint("runsc-platform", f"{text}; {verdict[1]}.", figure, status=verdict[0]))
             continue
@@ -122,7 +159,7 @@ def sandbox_cores(ctx: Context) -> list[Hint]:
     if study is None or cores is None:
         return []
     hints = []
-    for c in _e2e(ctx):
+    for c in _priced_workloads(ctx):
         entry = entries.get(c.label)
         platform = _platform_of(entry) if entry is not None else None
         if entry is None or platform is None or not c.significant or c.ratio <= 1:

@@ -292,17 +292,23 @@ def _change(knobs: dict[str, Any], written: bool = False) -> str:
     return " and ".join(parts)
 
 
+def intervention_result(ctx: Context, c: Comparison, knobs: dict[str, Any],
+                        fields: dict[str, Any] | None = None) -> Comparison | None:
+    """The comparison of the entry with ``knobs`` added and ``fields`` changed, where the study ran it."""
+    wanted = _without_zero_injections({**c.knobs, **knobs})
+    entries = stored_entries(ctx.store) if fields else {}
+    return next((t for t in ctx.comparisons if t.metric == c.metric and t.workload == c.workload and t.host == c.host
+                 and t.params == c.params and _without_zero_injections(t.knobs) == wanted
+                 and (same_test_entry(entries, t.label, c.label, fields) if fields
+                      else ctx.same_engine(t.label, c.label))), None)
+
+
 def judge(ctx: Context, c: Comparison, knobs: dict[str, Any],
           fields: dict[str, Any] | None = None) -> tuple[HintStatus, str] | None:
     """How the entry with ``knobs`` added and ``fields`` changed (the intervention) fares against
     ``c``, when the study ran it: confirmed when its overhead's interval lies below c's, refuted when
     it keeps over half of c's added time, else still suspected; None when the study has no such entry."""
-    wanted = _without_zero_injections({**c.knobs, **knobs})
-    entries = stored_entries(ctx.store) if fields else {}
-    test = next((t for t in ctx.comparisons if t.metric == c.metric and t.workload == c.workload and t.host == c.host
-                 and t.params == c.params and _without_zero_injections(t.knobs) == wanted
-                 and (same_test_entry(entries, t.label, c.label, fields) if fields
-                      else ctx.same_engine(t.label, c.label))), None)
+    test = intervention_result(ctx, c, knobs, fields)
     if test is None:
         return None
     extra = c.mean - c.baseline_mean
