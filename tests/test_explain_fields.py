@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from isobench.analysis.attribution import MECHANISMS
-from isobench.analysis.hints import Hint, _intervention, stream_hint
+from isobench.analysis.hint_base import Hint
+from isobench.analysis.hints import _intervention, stream_hint
 from isobench.analysis.interventions import intervention
 from isobench.analysis.summary import analyse
 from isobench.errors import UserError

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from isobench.analysis.attribution import MECHANISMS, Attribution
-from isobench.analysis.hints import Hint
+from isobench.analysis.hint_base import Hint
 from isobench.analysis.interventions import (
     already_has,
     describe_fields,

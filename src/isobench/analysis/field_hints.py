@@ -18,13 +18,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from isobench.analysis.compare import Comparison
-from isobench.analysis.hints import (
+from isobench.analysis.hint_base import (
     PHASE_GROWTH,
     STREAM_PHASES,
     Hint,
     HintStatus,
-    _e2e,
-    _entry_key,
+    e2e_comparisons,
+    entry_key,
     intervention_result,
 )
 from isobench.analysis.interventions import cores_per_cell, intervention, stored_entries, stored_study
@@ -53,7 +53,7 @@ def _platform_of(entry: PlatformEntry) -> type[Platform] | None:
 
 def _syscall_evidence(ctx: Context, c: Comparison) -> str | None:
     for a in ctx.attributions():
-        if a.comparison is not c and _entry_key(a.comparison) != _entry_key(c):
+        if a.comparison is not c and entry_key(a.comparison) != entry_key(c):
             continue
         for row in a.measured:
             if row.mechanism.key != "syscalls" or row.explained is None or row.share is None:
@@ -66,7 +66,7 @@ def _syscall_evidence(ctx: Context, c: Comparison) -> str | None:
 
 
 def _cpu_evidence(ctx: Context, c: Comparison) -> str | None:
-    own = [p for p in ctx.comparisons if _entry_key(p) == _entry_key(c)]
+    own = [p for p in ctx.comparisons if entry_key(p) == entry_key(c)]
     cpu = next((p for p in own if p.metric == "cpu.per_item" and p.significant and p.ratio >= CPU_GROWTH), None)
     phases = sorted((p for p in own if p.metric.startswith("phase.") and p.significant and p.ratio >= PHASE_GROWTH
                      and p.metric.removeprefix("phase.") not in NOT_COMPUTE), key=lambda p: -p.ratio)
@@ -81,7 +81,7 @@ def _priced_workloads(ctx: Context) -> list[Comparison]:
     fault-loop) is the evidence that prices a mechanism, not an overhead to explain."""
     from isobench.workloads import WORKLOADS
 
-    return [c for c in _e2e(ctx) if c.workload not in WORKLOADS or WORKLOADS.get(c.workload).unit_cost_of is None]
+    return [c for c in e2e_comparisons(ctx) if c.workload not in WORKLOADS or WORKLOADS.get(c.workload).unit_cost_of is None]
 
 
 def judge_either_way(ctx: Context, c: Comparison, fields: dict[str, str]) -> tuple[HintStatus, str] | None:

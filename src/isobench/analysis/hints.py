@@ -9,17 +9,25 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from isobench.analysis import evidence as ev
-from isobench.analysis.attribution import INJECTION_KNOBS, Mechanism, reads_per_item
+from isobench.analysis.attribution import Mechanism, reads_per_item
 from isobench.analysis.compare import Comparison, phase_attribution
+from isobench.analysis.field_hints import FIELD_RULES
+from isobench.analysis.hint_base import (
+    PHASE_GROWTH,
+    STREAM_PHASES,
+    Hint,
+    HintStatus,
+    e2e_comparisons,
+    entry_key,
+    intervention_result,
+)
 from isobench.analysis.interventions import (
     describe_fields,
     field_problem,
     intervention,
-    same_test_entry,
     serving_network,
     stored_entries,
 )
@@ -27,30 +35,6 @@ from isobench.analysis.views import Context
 from isobench.analysis.views.faults import fault_table_id, shared_library_share
 from isobench.analysis.views.why import why_table_id
 from isobench.analysis.views.writeback import writeback_series
-
-#: what stands behind a hint: an intervention in the study removed the cost ("confirmed") or did not
-#: ("refuted"), or there is evidence only and nothing tested it ("suspected")
-HintStatus = Literal["confirmed", "refuted", "suspected"]
-
-
-@dataclass
-class Hint:
-    rule: str
-    text: str
-    #: id of the figure or table in the report that shows the evidence
-    figure: str
-    status: HintStatus = "suspected"
-    #: the intervention that would test a suspected hint (analysis/interventions.py): workload key,
-    #: entry key, the knobs and the entry fields that remove the suspected cause (``isobench
-    #: explain`` runs it); None when nothing can test it
-    test: dict[str, Any] | None = None
-    #: an intervention the evidence calls for that no follow-up of this study can run, and why (one
-    #: line, "workload on entry: ..."; ``isobench explain`` lists it under "cannot test")
-    untestable: str = ""
-
-
-def _e2e(ctx: Context) -> list[Comparison]:
-    return [c for c in ctx.comparisons if c.metric == "e2e" and not c.is_aa and not c.emulated]
 
 
 def throttling(ctx: Context) -> list[Hint]:
@@ -102,7 +86,7 @@ def pinning(ctx: Context) -> list[Hint]:
 
 def optimizer(ctx: Context) -> list[Hint]:
     hints = []
-    for c in _e2e(ctx):
+    for c in e2e_comparisons(ctx):
         if not c.significant or c.ratio <= 1:
             continue
         top = phase_attribution(ctx.comparisons, c)
@@ -135,7 +119,7 @@ def fetch_stall(ctx: Context) -> list[Hint]:
     (almost) no file data per item by its own count (resnet-infer decodes JPEGs held in memory)."""
     hints = []
     reads: dict[tuple[str, str, str, str], tuple[float, float]] | None = None  # read once, where needed
-    for c in _e2e(ctx):
+    for c in e2e_comparisons(ctx):
         if not c.significant or c.ratio <= 1:
             continue
         stall = next((p for p in ctx.comparisons if p.metric in ("phase.fetch_stall", "phase.preprocess")
@@ -275,10 +259,7 @@ def _intervention(c: Comparison, mechanism: Mechanism) -> tuple[dict[str, Any], 
     return None
 
 
-def _without_zero_injections(knobs: dict[str, Any]) -> dict[str, Any]:
-    """An injection knob at 0 injects nothing, and a knob set to None is not set: the entry is the
-    one without it."""
-    return {k: v for k, v in knobs.items() if v is not None and not (k in INJECTION_KNOBS and not v)}
+
 
 
 def _change(knobs: dict[str, Any], written: bool = False) -> str:
@@ -292,15 +273,7 @@ def _change(knobs: dict[str, Any], written: bool = False) -> str:
     return " and ".join(parts)
 
 
-def intervention_result(ctx: Context, c: Comparison, knobs: dict[str, Any],
-                        fields: dict[str, Any] | None = None) -> Comparison | None:
-    """The comparison of the entry with ``knobs`` added and ``fields`` changed, where the study ran it."""
-    wanted = _without_zero_injections({**c.knobs, **knobs})
-    entries = stored_entries(ctx.store) if fields else {}
-    return next((t for t in ctx.comparisons if t.metric == c.metric and t.workload == c.workload and t.host == c.host
-                 and t.params == c.params and _without_zero_injections(t.knobs) == wanted
-                 and (same_test_entry(entries, t.label, c.label, fields) if fields
-                      else ctx.same_engine(t.label, c.label))), None)
+
 
 
 def judge(ctx: Context, c: Comparison, knobs: dict[str, Any],
@@ -368,15 +341,10 @@ def mechanisms(ctx: Context) -> list[Hint]:
     return found
 
 
-#: a phase grew when its comparison is resolved slower by at least this ratio
-PHASE_GROWTH = 1.05
-#: what a client adds to a served request outside the server (serve's, llm-serve's items)
-STREAM_PHASES = ("connect", "transport")
 
 
-def _entry_key(c: Comparison) -> tuple[str, ...]:
-    return (c.workload, c.label, json.dumps(c.knobs, sort_keys=True, default=str), c.host,
-            json.dumps(c.params, sort_keys=True, default=str))
+
+
 
 
 def decode_or_stream(ctx: Context) -> list[Hint]:
@@ -390,12 +358,12 @@ def decode_or_stream(ctx: Context) -> list[Hint]:
     by_entry: dict[tuple[str, ...], dict[str, Comparison]] = defaultdict(dict)  # one pass, not one per entry
     for p in ctx.comparisons:
         if p.metric.startswith("phase.") or p.metric == "process.run.page_faults_minor":
-            by_entry[_entry_key(p)][p.metric] = p
-    for c in _e2e(ctx):
+            by_entry[entry_key(p)][p.metric] = p
+    for c in e2e_comparisons(ctx):
         extra = c.mean - c.baseline_mean
         if not c.significant or c.ratio <= 1 or extra <= 0:
             continue
-        own = by_entry.get(_entry_key(c), {})
+        own = by_entry.get(entry_key(c), {})
         phases = {m.removeprefix("phase."): p for m, p in own.items() if m.startswith("phase.")}
         grew = {name for name, p in phases.items() if p.significant and p.ratio >= PHASE_GROWTH}
         where = f"{c.workload} on {c.platform}{ctx.on_host(c)}"
@@ -459,10 +427,9 @@ RULES = (throttling, pinning, optimizer, fetch_stall, sync_writebacks, shared_li
 
 
 def hints(ctx: Context) -> list[Hint]:
-    from isobench.analysis.field_hints import FIELD_RULES  # they build on this module's Hint and judge
 
     found: list[Hint] = []
-    for rule in (*RULES, *FIELD_RULES):
+    for rule in (*RULES, *FIELD_RULES):  # FIELD_RULES: field_hints.py, built on hint_base.py
         for hint in rule(ctx):
             if all(hint.text != seen.text for seen in found):
                 found.append(hint)

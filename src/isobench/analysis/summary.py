@@ -13,7 +13,8 @@ from isobench.analysis.attribution import Attribution
 from isobench.analysis.compare import Comparison, compare, hosts_of
 from isobench.analysis.fleet import FleetRow, fleet_rows, fleet_views
 from isobench.analysis.groups import Group, load_groups
-from isobench.analysis.hints import Hint, hints
+from isobench.analysis.hint_base import Hint
+from isobench.analysis.hints import hints
 from isobench.analysis.stats import log_sd
 from isobench.analysis.verdict import NOT_COMPARABLE
 from isobench.analysis.views import Context, View, build_views
