@@ -250,3 +250,29 @@ def test_malloc_tuned_serves_a_large_block_from_the_heap_not_a_fresh_mapping() -
     done = [json.loads(line) for line in out.stdout.splitlines() if '"done"' in line]
     assert out.returncode == 0 and done, out.stdout[-2000:] + out.stderr[-2000:]
     assert done[0]["malloc"] == "tuned" and done[0]["malloc_env"]["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20)
+
+
+def test_the_why_table_shows_each_tested_intervention_as_a_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The why table of the systrap entry gets a 'tested' row for the ptrace entry beside it (its
+    label after the suspect's, as explain writes it): the time it removed and the share of the added."""
+    from isobench.analysis.views.base import Table
+
+    known, _ = _gvisor_store(tmp_path, monkeypatch, {
+        "gvisor": ("{name: gvisor}", 1.5, 1.3),
+        "gvisor-platform-ptrace": ("{name: gvisor, label: gvisor-platform-ptrace, platform: ptrace}", 1.1, 1.05)})
+    store = Store.open(known)
+    try:
+        views = analyse(store).views
+    finally:
+        store.close()
+    tables = {v.id: v for v in views if isinstance(v, Table) and v.id.startswith("tab-why-")}
+    systrap = next(t for tid, t in tables.items() if "-gvisor-" in tid and "ptrace" not in tid)
+    tested = [row for row in systrap.rows if row[0].startswith("tested:")]
+    assert [row[0] for row in tested] == ["tested: platform=ptrace"], systrap.rows
+    removed_ms, share = -float(tested[0][3]), tested[0][4]
+    assert removed_ms > 0 and share.endswith("% removed") and 50 <= int(share.split("%")[0]) <= 100
+    assert "the entry as gvisor-platform-ptrace" in tested[0][5]
+    # the ptrace entry's own table has no such row: the systrap entry is not labelled after it
+    ptrace = next(t for tid, t in tables.items() if "-gvisor-platform-ptrace" in tid)
+    assert not any(row[0].startswith("tested:") for row in ptrace.rows)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from isobench.analysis.attribution import Attribution, Estimate, Row
+from isobench.analysis.compare import Comparison
+from isobench.analysis.interventions import FIELDS, describe_fields, engine_of, stored_entries
 from isobench.analysis.views.base import Context, Table, View, builder
 
 #: every "why" table's id starts so (the Markdown report gives them a section of their own)
@@ -63,6 +67,46 @@ def why_rows(a: Attribution) -> list[list[str]]:
     return rows
 
 
+def _entry_change(ctx: Context, c: Comparison, t: Comparison) -> str | None:
+    """What ``t``'s entry changes from ``c``'s, when it is one of its interventions (the same platform,
+    labelled after it as ``isobench explain`` labels them: ``gvisor-platform-ptrace``); else None."""
+    if not t.label.startswith(c.label + "-"):
+        return None
+    entries = stored_entries(ctx.store)
+    mine, theirs = entries.get(c.label), entries.get(t.label)
+    if mine is None or theirs is None or mine.name != theirs.name:
+        return None
+    written, other = mine.model_dump(), theirs.model_dump()
+    fields = {f: other[f] for f in FIELDS if other.get(f) != written.get(f)}
+    if set(fields) == {"platform"} and engine_of(mine) == engine_of(theirs):
+        fields = {}  # systrap written out against gVisor's default: no change
+    knobs: dict[str, Any] = {k: v for k, v in t.knobs.items() if c.knobs.get(k) != v}
+    knobs.update({k: None for k in c.knobs if k not in t.knobs})
+    words = [describe_fields(fields)] if fields else []
+    words += [f"{k}={v}" if v is not None else f"without {k}" for k, v in sorted(knobs.items())]
+    return " and ".join(words) or None
+
+
+def tested_rows(ctx: Context, a: Attribution) -> list[list[str]]:
+    """The interventions the study ran on this entry (``isobench explain`` adds them), each with the
+    time per item it removed and its share of the added time: the tested steps of the waterfall."""
+    c = a.comparison
+    rows = []
+    for t in ctx.comparisons:
+        if (t.metric, t.workload, t.params, t.host) != (c.metric, c.workload, c.params, c.host) or t.is_aa \
+                or t.label == c.label or t.mean is None or c.mean is None:
+            continue
+        change = _entry_change(ctx, c, t)
+        if change is None:
+            continue
+        removed = c.mean - t.mean
+        share = f"{removed / a.added:.0%} removed" if a.added > 0 else "n/a"
+        interval = f" ({t.ci_low:.3f}–{t.ci_high:.3f})" if t.ci_low is not None and t.ci_high is not None else ""
+        rows.append([f"tested: {change}", "", "", f"{-removed * 1e3:.3f}", share,
+                     f"the entry as {t.label}: {t.ratio:.3f}×{interval} the baseline, against {c.ratio:.3f}×"])
+    return rows
+
+
 @builder(25)
 def why(ctx: Context) -> list[View]:
     views: list[View] = []
@@ -75,10 +119,12 @@ def why(ctx: Context) -> list[View]:
             f"({c.ratio:.3f}×)", "",
             ["mechanism", "per item, baseline → platform", "µs per event, baseline → platform",
              "adds per item (ms, 95% CI)", "share of the added time", "note"],
-            why_rows(a),
+            why_rows(a) + tested_rows(ctx, a),
             "Each mechanism's added time is its count per item times its cost per event on each side "
             "(the cost from the mechanism's microbenchmark on the same host). Intervals are approximate "
-            "(delta method). The rest is what the measured mechanisms do not explain."))
+            "(delta method). The rest is what the measured mechanisms do not explain. A 'tested' row is "
+            "an intervention the study ran on this entry (isobench explain adds them): the time per item "
+            "it removed (negative: it added time), and that as a share of the added time."))
     return views
 
 
