@@ -60,9 +60,9 @@ def test_an_entry_whose_platform_takes_no_data_mount_is_named_and_not_planned(
 def test_an_overhead_without_unit_costs_gets_the_microbenchmarks_and_the_probe_that_price_it(
         tmp_path: Path) -> None:
     known = report_store.build(tmp_path / "known")  # docker and vm are slower; no counts, no unit costs
-    planned, skipped = explain_directory(known, None)
-    assert planned is not None and not skipped
-    text, name, target = planned
+    plan = explain_directory(known, None)
+    assert plan.follow_up is not None and not plan.skipped and plan.cores is None  # docker: no sandbox-cores
+    text, name, target = plan.follow_up.text, plan.follow_up.name, plan.follow_up.target
     follow_up = yaml.safe_load(text)
     assert target == known / "explain" and name == "known-explain"
     assert [w["name"] for w in follow_up["workloads"]] == ["lenet-train", "fault-loop", "syscall-loop"]

@@ -1,7 +1,7 @@
 """The command line: isobench run | plan | summary | export | schema | report | compare | history |
-doctor | replicate | platforms | workloads | probes | baseload | nvmsim. Commands that live elsewhere
+doctor | replicate | explain | platforms | workloads | probes | baseload | nvmsim. Commands that live elsewhere
 are registered here: doctor (runner/doctor.py), the listings (listings.py), nvmsim (nvmsim/cli.py),
-replicate (replicate/commands.py), history (history_command.py).
+replicate (replicate/commands.py), history (history_command.py), explain (explain_command.py).
 Tables and records go to stdout, progress and notes to stderr (console.py); bad input is one line
 with its fix and exit 2, a tripped `compare --fail-if` or `history --fail-on-change` exit 1."""
 
@@ -25,11 +25,11 @@ from isobench.console import (
     reader_may_leave,
 )
 from isobench.errors import UserError
+from isobench.explain_command import explain
 from isobench.history_command import history
 from isobench.listings import platforms, probes, workloads
 from isobench.nvmsim.cli import nvmsim
 from isobench.replicate.commands import replicate
-from isobench.report.plaintext import markup
 from isobench.runner.doctor import doctor
 
 if TYPE_CHECKING:
@@ -134,19 +134,9 @@ def run(ctx: typer.Context, study: StudyArg = None,
             err_console.print(f"results: {directory} (isobench summary {directory})", markup=False,
                               highlight=False)
             return
-        _print_results(directory, "results")
+        from isobench.report.terminal import print_results
 
-
-def _print_results(directory: Path, label: str) -> None:
-    """A finished run's closing lines: its summary, then where its results are."""
-    from isobench.analysis.compare import compare
-    from isobench.report.terminal import print_summary
-    from isobench.store import Store
-
-    store = Store.open(directory)
-    # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
-    print_summary(store, [c for c in compare(store) if not c.emulated], console)
-    console.print(markup(label + ": [bold]{}[/] (isobench summary {})", directory, directory))
+        print_results(directory, "results", console)
 
 
 @app.command()
@@ -408,32 +398,7 @@ app.command()(doctor)  # runner/doctor.py
 app.command()(replicate)  # replicate/commands.py
 
 
-@app.command()
-def explain(directory: Path,
-            out: Annotated[Optional[Path], typer.Option(  # noqa: UP045
-                "--out", help="where to write the follow-up study (default: DIRECTORY/explain)")] = None,
-            budget: BudgetOpt = None) -> None:
-    """Test the study's suspected causes: run the interventions its hints name (e.g. the same entry
-    with its data copied in) and the microbenchmarks that price each resolved overhead's mechanisms
-    beside the entries they explain, then say which hints they confirm or refute."""
-    from isobench.explain import explain_directory
-    from isobench.runner.study import run_study
-    from isobench.studyfile import with_budget_text
-
-    planned, skipped = explain_directory(directory, out)
-    for line in skipped:
-        console.print(markup("cannot test: {}", line), highlight=False)
-    if planned is None:
-        console.print("no suspected hint in this study names an intervention to run, and every resolved "
-                      "overhead is priced already: nothing to explain", markup=False, highlight=False)
-        return
-    text, name, target = planned
-    with outlive_reader():
-        try:
-            written = run_study(with_budget_text(text, name, budget), name, target, False, console)
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
-        _print_results(written, "follow-up results")
+app.command()(explain)  # explain_command.py
 
 
 app.command()(platforms)  # listings.py

@@ -4,17 +4,24 @@ A root-cause hint with an intervention (the same entry with its data set copied 
 seccomp filter, without an injected cause, with ``malloc: tuned``, or with one of its own fields
 changed: gVisor on the other runsc platform, a container on the host's network; see
 analysis/interventions.py) stays "suspected" until that entry has run beside the one it explains;
-one that no follow-up can test (more cores for a sandbox's own threads) is listed with why. A resolved overhead that the "why" model (analysis/attribution.py) cannot price
-yet, because the study lacks a mechanism's microbenchmark or the probe that counts its events,
-needs evidence first. ``explain`` writes one follow-up study with the baseline, the study's A/A
+one that no follow-up can test is listed with why. A resolved overhead that the "why" model
+(analysis/attribution.py) cannot price yet, because the study lacks a mechanism's microbenchmark
+or the probe that counts its events, needs evidence first. ``explain`` writes one follow-up study with the baseline, the study's A/A
 entries, each entry under suspicion, that entry with each intervention, the microbenchmarks
 (``syscall-loop``, ``fault-loop``) and counting probes the model lacked, for the workloads
 concerned; it keeps the study's own design (the resolving one, as stored), runs it, and reads the
 hints again: each is then confirmed (the intervention removed the cost, with its numbers) or
 refuted, and each overhead gets its "why" table.
 
-The follow-up is an ordinary study directory (``DIR/explain`` unless ``--out``): its report,
-summary and resume work as for any other.
+More cores for a sandbox's own threads (a ``sandbox-cores`` hint) cannot be tested within the
+study's design: the cores per cell are the same for every entry. It gets a study of its own
+(``DIR/explain-cores``, beside the follow-up): the baseline, the A/A entries and each entry under
+suspicion as written, for the workloads concerned, with ``schedule: sequential`` and
+``cell_cores: all``; analysis/more_cores.py then compares each entry's overhead there with its
+overhead in the study.
+
+The follow-ups are ordinary study directories (``DIR/explain`` unless ``--out``): their reports,
+summaries and resume work as for any other.
 """
 
 from __future__ import annotations
@@ -26,9 +33,11 @@ from typing import Any
 import yaml
 
 from isobench.analysis.attribution import MECHANISMS, Attribution
+from isobench.analysis.compare import Comparison
 from isobench.analysis.hint_base import Hint
 from isobench.analysis.interventions import (
     already_has,
+    cores_per_cell,
     describe_fields,
     field_problem,
     label_parts,
@@ -37,7 +46,7 @@ from isobench.analysis.interventions import (
 from isobench.errors import UserError
 from isobench.store import Store
 from isobench.study.aa import is_aa_entry
-from isobench.study.model import Study
+from isobench.study.model import Study, parse_duration
 from isobench.studyfile import load_study_text, parse_study_yaml
 
 
@@ -153,9 +162,109 @@ def follow_up_study(text: str, study: Study, file: str, tests: list[dict[str, An
     return follow_up, raw["name"]
 
 
-def explain_directory(directory: Path, out: Path | None) -> tuple[tuple[str, str, Path] | None, list[str]]:
-    """The follow-up study to run for ``directory`` (text, name, where to write it; None when no
-    hint there has an intervention left to run), and the interventions that cannot run, with why."""
+#: the hint rule whose intervention runs as a study of its own (analysis/field_hints.py)
+CORES_RULE = "sandbox-cores"
+#: the design fields that only a duet reads: dropped from the cores study
+DUET_ONLY_FIELDS = ("duet_swap_s",)
+
+
+def cores_suspects(hints: list[Hint], comparisons: list[Comparison]) -> list[tuple[str, str]]:
+    """The (workload key, entry key) of each suspected ``sandbox-cores`` hint, each once: the
+    comparisons whose "why" table the hint points at."""
+    from isobench.analysis.views.why import why_table_id
+
+    figures = {h.figure for h in hints if h.rule == CORES_RULE and h.status == "suspected"}
+    found: list[tuple[str, str]] = []
+    for c in comparisons:
+        pair = (c.workload, c.label)
+        if c.metric == "e2e" and not c.is_aa and why_table_id(c.workload, c.label, c.knobs) in figures \
+                and pair not in found:
+            found.append(pair)
+    return found
+
+
+def cores_study(text: str, study: Study, file: str, suspects: list[tuple[str, str]]) -> tuple[str, str]:
+    """(the cores study's text, its name): the stored study (``text``, loaded as ``study`` from
+    ``file``) with only the workloads and entries of ``suspects`` (workload key, entry key), the
+    baseline and the A/A entries, as written, run one cell at a time on every core the harness
+    does not keep (``schedule: sequential``, ``cell_cores: all``); the rest of its design kept."""
+    raw = parse_study_yaml(text, file)
+    baseline = study.baseline or study.platforms[0].key
+    workloads, entries = {w for w, _ in suspects}, {e for _, e in suspects}
+    raw["platforms"] = [written for entry, written in zip(study.platforms, raw["platforms"], strict=True)
+                        if entry.key == baseline or entry.key in entries or is_aa_entry(study, entry)]
+    raw["workloads"] = [w for entry, w in zip(study.workloads, raw["workloads"], strict=True) if entry.key in workloads]
+    for name in DUET_ONLY_FIELDS:
+        raw.pop(name, None)
+    raw["schedule"], raw["cell_cores"] = "sequential", "all"
+    raw["name"] = f"{study.name}-cores"[:64]
+    raw["description"] = f"isobench explain: more cores for the sandbox's own threads, for {study.name}"
+    written = yaml.safe_dump(raw, sort_keys=False, allow_unicode=True, width=120)
+    load_study_text(written, f"{raw['name']} (cores study)")  # the host can run it: checked before anything runs
+    return written, raw["name"]
+
+
+def cores_obstacle(study: Study, cores: int | None) -> str | None:
+    """Why the cores study would give the cells no more cores than the study did (None: it would):
+    ``cores`` is how many each of the study's cells had."""
+    from isobench.hostinfo import host_cpus
+
+    if study.schedule == "sequential" and study.cell_cores == "all":
+        return "its cells had every core already (schedule: sequential, cell_cores: all)"
+    here = len(host_cpus())
+    if cores is not None and here <= cores:
+        return f"this host has {here} core(s), no more than each of the study's cells had"
+    return None
+
+
+def budget_each(budget: str | None, studies: int) -> str | None:
+    """``--budget`` shared by the follow-up studies that run: an equal part each."""
+    if budget is None or studies <= 1:
+        return budget
+    try:
+        seconds = parse_duration(budget)
+    except ValueError:
+        return budget  # with_budget_text refuses it, in one line with its fix
+    return f"{seconds / studies:g}s"
+
+
+@dataclass
+class Planned:
+    """A follow-up study to run: its text, name and directory."""
+
+    text: str
+    name: str
+    target: Path
+
+
+@dataclass
+class ExplainPlan:
+    """What ``isobench explain`` runs for a study, and what it cannot test."""
+
+    #: the follow-up with the interventions and the evidence (None: nothing to run there)
+    follow_up: Planned | None = None
+    #: the cores study (None: no sandbox-cores hint, or one it cannot test: in ``skipped``)
+    cores: Planned | None = None
+    #: the (workload key, entry key) pairs the cores study tests
+    cores_suspects: list[tuple[str, str]] = field(default_factory=list)
+    #: the untestable hints the cores study tests instead (``Hint.untestable``)
+    own_study: list[str] = field(default_factory=list)
+    #: the interventions that cannot run, with why
+    skipped: list[str] = field(default_factory=list)
+
+
+def _refuse_results(target: Path, what: str) -> None:
+    if target.exists() and any(target.iterdir()):
+        raise UserError(f"the {what}'s directory already holds results", file=str(target),
+                        fix="give another --out, or read it with `isobench summary`")
+
+
+def explain_directory(directory: Path, out: Path | None) -> ExplainPlan:
+    """The follow-up studies to run for ``directory``: the one with the interventions and the
+    evidence (None when no hint there has an intervention left to run and every overhead is
+    priced), the cores study (``<target>-cores``, where a sandbox-cores hint is suspected), and
+    the interventions that cannot run, with why. A target that holds results is refused before
+    anything runs."""
     from isobench.analysis.summary import analyse
 
     store = Store.open(directory)
@@ -166,11 +275,22 @@ def explain_directory(directory: Path, out: Path | None) -> tuple[tuple[str, str
     from isobench.analysis.attribution import attribute
 
     evidence = evidence_needed(attribute(store, analysis.shown, study.baseline or study.platforms[0].key))
-    if not tests and not evidence.workloads:
-        return None, skipped
     target = out if out is not None else directory / "explain"
-    if target.exists() and any(target.iterdir()):
-        raise UserError("the follow-up study's directory already holds results", file=str(target),
-                        fix="give another --out, or read it with `isobench summary`")
-    text, name = follow_up_study(text, study, file, tests, evidence)
-    return (text, name, target), skipped
+    plan = ExplainPlan(skipped=skipped)
+    suspects = cores_suspects(analysis.hints, analysis.shown)
+    untestable = list(dict.fromkeys(h.untestable for h in analysis.hints if h.rule == CORES_RULE and h.untestable))
+    obstacle = cores_obstacle(study, cores_per_cell(store)) if suspects else None
+    if suspects and obstacle is None:
+        base = target if target.name else target.resolve()  # --out . names no directory of its own
+        cores_target = base.with_name(base.name + "-cores")
+        _refuse_results(cores_target, "cores study")
+        plan.cores = Planned(*cores_study(text, study, file, suspects), cores_target)
+        plan.cores_suspects, plan.own_study = suspects, untestable
+        plan.skipped = [line for line in skipped if line not in untestable]
+    elif obstacle is not None:
+        plan.skipped = [f"{line} (nor a study of its own here: {obstacle})" if line in untestable else line
+                        for line in skipped]
+    if tests or evidence.workloads:
+        _refuse_results(target, "follow-up study")
+        plan.follow_up = Planned(*follow_up_study(text, study, file, tests, evidence), target)
+    return plan

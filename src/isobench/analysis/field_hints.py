@@ -171,8 +171,9 @@ def sandbox_cores(ctx: Context) -> list[Hint]:
         hints.append(Hint("sandbox-cores", f"{c.workload} on {c.platform}{ctx.on_host(c)}: {c.ratio:.3f}× the baseline, "
                                            f"and {caveat}. More cores for the sandbox's own threads may remove part of "
                                            f"it, but this study cannot test that (untestable here: {why}); a study of "
-                                           "its own can: schedule: sequential with cell_cores: all, or a host with "
-                                           "two cores per cell (5 cores for a duet).",
+                                           "its own can: `isobench explain DIR` runs it (schedule: sequential with "
+                                           "cell_cores: all), or run on a host with two cores per cell (5 cores "
+                                           "for a duet).",
                           why_table_id(c.workload, c.label, c.knobs),
                           untestable=f"{c.workload} on {c.label}: more cores for the sandbox's own threads: {why}"))
     return hints

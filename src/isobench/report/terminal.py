@@ -373,3 +373,13 @@ def print_views(analysis: object, console: Console) -> None:
         console.print(rich_table)
     for view in skipped:
         console.print(markup("[dim]not measured: {} ({}): {}[/]", view.title, view.paper, view.reason), highlight=False)
+
+
+def print_results(directory: Any, label: str, console: Console) -> None:
+    """A finished run's closing lines (``run``, ``explain``): its summary, then where its results are."""
+    from isobench.analysis.compare import compare
+
+    store = Store.open(directory)
+    # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
+    print_summary(store, [c for c in compare(store) if not c.emulated], console)
+    console.print(markup(label + ": [bold]{}[/] (isobench summary {})", directory, directory))
