@@ -86,8 +86,14 @@ min_seconds: 2
 warmup_items: 10
 """
     study = load_study_text(text, "two", check_host=False)
-    written, name = cores_study(text, study, "two", [("lenet-train", "gvisor")])
+    written, name = cores_study(text, study, "two", [("lenet-train", "gvisor")], threads=1)
     raw = yaml.safe_load(written)
+    # the workload keeps the one compute thread it had: the new core is for the sandbox's threads
+    assert raw["knobs"] == {"threads": 1}
+    study_threads = text.replace("schedule: duet", "knobs: {threads: 3}\nschedule: duet")
+    kept = yaml.safe_load(cores_study(study_threads, load_study_text(study_threads, "two", check_host=False),
+                                      "two", [("lenet-train", "gvisor")], threads=1)[0])
+    assert kept["knobs"] == {"threads": 3}  # a study that sets its threads keeps them
     assert name == "two-cores" == raw["name"]
     assert raw["schedule"] == "sequential" and raw["cell_cores"] == "all"
     assert "duet_swap_s" not in raw  # a duet's field: a sequential study has no core trades

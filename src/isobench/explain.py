@@ -183,11 +183,14 @@ def cores_suspects(hints: list[Hint], comparisons: list[Comparison]) -> list[tup
     return found
 
 
-def cores_study(text: str, study: Study, file: str, suspects: list[tuple[str, str]]) -> tuple[str, str]:
+def cores_study(text: str, study: Study, file: str, suspects: list[tuple[str, str]],
+                threads: int | None = None) -> tuple[str, str]:
     """(the cores study's text, its name): the stored study (``text``, loaded as ``study`` from
     ``file``) with only the workloads and entries of ``suspects`` (workload key, entry key), the
     baseline and the A/A entries, as written, run one cell at a time on every core the harness
-    does not keep (``schedule: sequential``, ``cell_cores: all``); the rest of its design kept."""
+    does not keep (``schedule: sequential``, ``cell_cores: all``); the rest of its design kept.
+    ``threads``, the cores each of the study's cells had, holds the workload's compute threads
+    where they were (unless the study sets them): the extra cores are the sandbox's, not torch's."""
     raw = parse_study_yaml(text, file)
     baseline = study.baseline or study.platforms[0].key
     workloads, entries = {w for w, _ in suspects}, {e for _, e in suspects}
@@ -197,6 +200,11 @@ def cores_study(text: str, study: Study, file: str, suspects: list[tuple[str, st
     for name in DUET_ONLY_FIELDS:
         raw.pop(name, None)
     raw["schedule"], raw["cell_cores"] = "sequential", "all"
+    knobs = dict(raw.get("knobs") or {})
+    if threads is not None and "threads" not in knobs:
+        # torch's threads follow the cell's cores: without this the workload itself would take the
+        # new core, and the comparison would measure its scaling on each platform instead
+        raw["knobs"] = {**knobs, "threads": threads}
     raw["name"] = f"{study.name}-cores"[:64]
     raw["description"] = f"isobench explain: more cores for the sandbox's own threads, for {study.name}"
     written = yaml.safe_dump(raw, sort_keys=False, allow_unicode=True, width=120)
@@ -284,7 +292,7 @@ def explain_directory(directory: Path, out: Path | None) -> ExplainPlan:
         base = target if target.name else target.resolve()  # --out . names no directory of its own
         cores_target = base.with_name(base.name + "-cores")
         _refuse_results(cores_target, "cores study")
-        plan.cores = Planned(*cores_study(text, study, file, suspects), cores_target)
+        plan.cores = Planned(*cores_study(text, study, file, suspects, cores_per_cell(store)), cores_target)
         plan.cores_suspects, plan.own_study = suspects, untestable
         plan.skipped = [line for line in skipped if line not in untestable]
     elif obstacle is not None:
