@@ -247,3 +247,14 @@ def test_only_a_sandbox_cores_hint_makes_a_cores_suspect_each_once() -> None:
     other = Hint("runsc-platform", "…", figure)
     assert cores_suspects([other], [c]) == []
     assert cores_suspects([Hint("sandbox-cores", "…", figure, untestable="x")], [c, c]) == [("resnet-infer", "gvisor")]
+
+
+def test_a_parent_without_threads_pairs_with_the_cores_study_that_holds_them() -> None:
+    from types import SimpleNamespace
+
+    from isobench.analysis.more_cores import pairing_key
+
+    parent = SimpleNamespace(workload="resnet-infer", label="gvisor", params={"requests": 20}, knobs={})
+    held = SimpleNamespace(workload="resnet-infer", label="gvisor", params={"requests": 20}, knobs={"threads": 1})
+    quota = SimpleNamespace(workload="resnet-infer", label="gvisor", params={"requests": 20}, knobs={"cpus": 1.0})
+    assert pairing_key(held) == pairing_key(parent) != pairing_key(quota)

@@ -63,9 +63,13 @@ def cores_verdict(parent: Comparison, cores: Comparison, parent_cells: str = "on
     return "suspected", f"{line}: suspected, not resolved (add repetitions)"
 
 
-def _key(c: Comparison) -> tuple[str, str, str, str]:
+def pairing_key(c: Comparison) -> tuple[str, str, str, str]:
+    """What pairs a parent comparison with its cores-study twin: the workload, entry, parameters and
+    knobs, but not ``threads``, which the cores study sets to the cores the parent's cells had (the
+    parent's torch threads followed its cells' cores without it)."""
+    knobs = {k: v for k, v in c.knobs.items() if k != "threads"}
     return (c.workload, c.label, json.dumps(c.params, sort_keys=True, default=str),
-            json.dumps(c.knobs, sort_keys=True, default=str))
+            json.dumps(knobs, sort_keys=True, default=str))
 
 
 def cores_verdicts(parent: Store, cores: Store, suspects: list[tuple[str, str]]) -> list[tuple[HintStatus, str]]:
@@ -82,7 +86,7 @@ def cores_verdicts(parent: Store, cores: Store, suspects: list[tuple[str, str]])
     for c in compare(parent):
         if c.metric != "e2e" or c.is_aa or c.emulated or (c.workload, c.label) not in wanted:
             continue
-        matches = [t for t in theirs if _key(t) == _key(c)]
+        matches = [t for t in theirs if pairing_key(t) == pairing_key(c)]
         match = next((t for t in matches if t.host == c.host), matches[0] if matches else None)
         if match is None:
             out.append(("suspected", f"{INTERVENTION}: {c.workload} on {c.label}: no result in the cores study"))
