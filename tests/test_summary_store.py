@@ -69,3 +69,35 @@ def test_facts_a_workload_noted_are_kept_with_the_cell() -> None:
         "metrics": {"x": 1.0}, "info": {"loadgen": {"valid": True}}})
     settle(outcome, None)
     assert outcome.platform_info["workload"] == {"timing": "clock", "epochs": 2, "loadgen": {"valid": True}}
+
+
+INJECTED = """
+name: injected
+workloads: [{name: cpu-spin}]
+platforms:
+  - {name: baremetal}
+  - {name: baremetal, label: slow10, knobs: {slowdown: 0.1}}
+repetitions: 5
+warmup: 0
+"""
+
+
+def test_an_injected_slowdown_is_named_where_its_time_went(tmp_path: Path) -> None:
+    """The slowed entry's extra time is its ``injected`` phase, which the baseline has no value for:
+    the sentence names it, not a real phase that moved by a fraction of it (before: "10.0% slower,
+    mostly in compute (10% of the difference)")."""
+    study = load_study_text(INJECTED, "injected.yaml", check_host=False)
+    store = Store.create(tmp_path, INJECTED, "injected", "injected.yaml", {})
+    wobble = [1.01, 0.99, 1.0, 1.0, 1.0]
+    for cell in expand(study):
+        work = 0.010 * wobble[cell.rep]
+        slowed = cell.platform_key == "slow10"
+        compute = work * (1.01 if slowed else 1.0)  # the real work moved by 1%; the injection by 9%
+        phases = {"compute": compute, **({"injected": 0.0009} if slowed else {})}
+        items = [{"i": i, "e2e": sum(phases.values()), "phases": phases} for i in range(5)]
+        assert store.record(CellOutcome(cell=cell, status="ok", exit_code=0, error=None, stderr_tail="",
+                                        started_at=0.0, wall_s=1.0, startup_s=0.1, items=items,
+                                        done={"type": "done", "items": 5, "run_s": 0.05}), cell.platform_key)
+    store.close()
+    text = run_cli("summary", str(tmp_path)).stdout
+    assert "mostly in injected (90% of the difference)" in " ".join(text.split())
