@@ -30,7 +30,7 @@ def test_a_study_without_design_fields_gets_the_resolving_design() -> None:
     assert resolved["schedule"] == "duet" and design.schedule == "duet" and design.fallback is None
     assert resolved["min_seconds"] == 2 and resolved["warmup_items"] == 10 and resolved["warmup"] == 0
     assert resolved["repetitions"] == "auto"
-    assert resolved["adaptive"] == {"min_repetitions": 6, "max_repetitions": 12}
+    assert resolved["adaptive"] == {"min_repetitions": 6, "max_repetitions": 24}
     assert design.budget_s == DEFAULT_BUDGET_S
     # An A/A entry: the baseline again, and nothing else differs.
     added = [p for p in resolved["platforms"] if p.get("label") == "aa"]

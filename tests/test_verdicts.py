@@ -371,3 +371,34 @@ def test_adaptive_stops_a_comparison_on_its_verdict(tmp_path: Path) -> None:
     assert meta["looks"] == list(range(3, 9))
     reps = dict(store.conn.execute("SELECT platform_key, COUNT(*) FROM cells GROUP BY 1").fetchall())
     assert reps["slow"] == 5 and reps["noisy"] == reps["baremetal"] == 8  # a stopped comparison runs no more rounds
+
+
+def test_a_time_budget_is_the_horizon_each_look_spends_by_the_time_share(tmp_path: Path) -> None:
+    """With a time budget, alpha is spent by the larger of the rounds' share and the time's share: a
+    study whose rounds cost more than the round cap expects spends its alpha by the time its budget
+    ends, instead of stopping there with some unspent; over all looks it still spends at most 5%."""
+    from isobench.runner.adaptive import cells_to_run, information_fraction
+
+    assert information_fraction(6, 240.0, 24, 480.0) == pytest.approx(0.5)  # time leads
+    assert information_fraction(12, 60.0, 24, 480.0) == pytest.approx(0.5)  # rounds lead
+    assert information_fraction(6, 240.0, 24, None) == pytest.approx(0.25)  # no time budget: rounds only
+    assert information_fraction(30, 900.0, 24, 480.0) == 1.0
+    text = ADAPTIVE.replace("max_repetitions: 8}", "max_repetitions: 24, max_time_s: 30}")
+    study = load_study_text(text, "a.yaml", check_host=False)
+    store = Store.create(tmp_path, text, study.name, "a.yaml", {})
+    rng = random.Random(12)
+    for cell in cells_to_run(study, expand(study), store, say=lambda _: None):
+        value = 0.01 * MEDIAN[cell.platform_key] * math.exp(rng.gauss(0, SD[cell.platform_key]))
+        assert store.record(_outcome(cell, value), cell.platform_key)  # each cell takes 1 s
+    meta = json.loads(store.meta("adaptive") or "{}")
+    states = {c["label"]: c for c in meta["comparisons"]}
+    fractions = {int(r): t for r, t in meta["fractions"]}
+    # three 1-s cells a round while every group runs: 9 s of 30 after 3 rounds, far ahead of 3/24
+    assert fractions[3] == pytest.approx(9 / 30)
+    assert all(t >= r / 24 for r, t in fractions.items())
+    assert states["slow"]["status"] == "verdict" and states["slow"]["reached_at"] == 5
+    assert states["slow"]["alpha"] == pytest.approx(spent(fractions[5]) - spent(fractions[4]))
+    # the noisy comparison runs on (two cells a round) until the time, not the 24 rounds, ends it
+    assert meta["reason"].startswith("the time budget ran out") and meta["rounds"] < 24
+    assert fractions[meta["rounds"]] > 0.9  # nearly all the alpha spent by the last look
+    assert spent(max(fractions.values())) <= 0.05

@@ -14,7 +14,10 @@ store's ``adaptive`` meta records which comparison stopped why, at which look an
 Optional stopping: looking after every round and stopping at the first nominal 5% verdict
 would inflate the error rate well above 5%. Each look therefore tests at a stricter level
 from an alpha-spending function, the Lan–DeMets Pocock type α(t) = α·ln(1 + (e−1)·t) with
-information fraction t = rounds / max_repetitions and α = 0.05: a look at t spends only the
+information fraction t = max(rounds / max_repetitions, study time / max_time_s) and α = 0.05 (the
+time share counts where the study has a time budget: the budget, not a round count, is then the
+horizon, so a study whose rounds are cheap may use more of them, and one on a busy host spends its
+alpha as its time runs out instead of ending with some unspent): a look at t spends only the
 increment α(t) − α(t_prev) since the previous look, both for the difference (its 1−Δα
 interval excludes 1 and Holm's p < Δα) and for equivalence (TOST at Δα: the 1−2Δα interval
 within the margin). By Bonferroni over the looks, the chance of any wrong stop on a verdict
@@ -73,6 +76,8 @@ class Decision:
     #: this look's alpha increment and the rounds of every look so far (this one included)
     alpha: float = 0.0
     looks: list[int] = field(default_factory=list)
+    #: each look's information fraction, as [rounds, t] pairs (this one included)
+    fractions: list[list[float]] = field(default_factory=list)
 
     @property
     def brief(self) -> str:
@@ -82,7 +87,8 @@ class Decision:
     def as_meta(self, target: float, metric: str) -> dict[str, Any]:
         return {"target": target, "metric": metric, "rounds": self.rounds, "stopped": self.stop,
                 "reason": self.reason, "spent_s": self.spent_s, "rule": RULE, "alpha": self.alpha,
-                "looks": self.looks, "comparisons": [asdict(c) for c in self.comparisons]}
+                "looks": self.looks, "fractions": self.fractions,
+                "comparisons": [asdict(c) for c in self.comparisons]}
 
 
 ALPHA = 0.05
@@ -93,8 +99,8 @@ STOPPED = ("verdict", "reached", "served")
 #: an A/A stops (with the comparisons it is the floor for) once its floor is within this share of the
 #: equivalence margin: a floor at the margin itself leaves no room to show a platform equivalent
 AA_FLOOR_SHARE = 0.75
-RULE = ("alpha spending, Lan–DeMets Pocock type α(t)=0.05·ln(1+(e−1)t), t=rounds/max_repetitions; "
-        "each look tests at the increment")
+RULE = ("alpha spending, Lan–DeMets Pocock type α(t)=0.05·ln(1+(e−1)t), "
+        "t=max(rounds/max_repetitions, study time/max_time_s); each look tests at the increment")
 
 
 def spent(t: float) -> float:
@@ -106,6 +112,22 @@ def look_alpha(rounds: int, max_rounds: int, looks: list[int]) -> float:
     """The level of the look after ``rounds`` rounds: what α(t) grew by since the previous look."""
     before = max((r for r in looks if r < rounds), default=0)
     return spent(rounds / max_rounds) - spent(before / max_rounds)
+
+
+def information_fraction(rounds: int, spent_s: float, max_repetitions: int, max_time_s: float | None) -> float:
+    """How much of its budget a study has used after ``rounds`` rounds and ``spent_s`` seconds: the
+    larger of its rounds' share and its time's share (a study without a time budget: rounds only)."""
+    t = rounds / max_repetitions
+    if max_time_s:
+        t = max(t, spent_s / max_time_s)
+    return min(1.0, t)
+
+
+def _look_fractions(previous: dict[str, Any] | None, max_repetitions: int) -> dict[int, float]:
+    """The information fraction of each earlier look (a store from before the time share: rounds only)."""
+    stored = {int(r): float(t) for r, t in (previous or {}).get("fractions") or []}
+    earlier = (previous or {}).get("looks") or ([previous["rounds"]] if previous and "rounds" in previous else [])
+    return {int(r): stored.get(int(r), int(r) / max_repetitions) for r in earlier}
 
 
 def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | None = None) -> Decision:
@@ -120,7 +142,16 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
     earlier = list((previous or {}).get("looks") or ([previous["rounds"]] if previous and "rounds" in previous
                                                      else []))
     looks = sorted({r for r in earlier if r < rounds} | {rounds})
-    alpha = look_alpha(rounds, settings.max_repetitions, looks)
+    spent_s = study_seconds(store)
+    fractions = {r: t for r, t in _look_fractions(previous, settings.max_repetitions).items() if r <= rounds}
+    before = max((r for r in looks if r < rounds), default=0)
+    t_before = fractions.get(before, before / settings.max_repetitions)
+    # a resumed look keeps the fraction it had: the same level as before the interruption
+    t_now = max(t_before, fractions.get(rounds) or information_fraction(rounds, spent_s, settings.max_repetitions,
+                                                                       settings.max_time_s))
+    fractions[rounds] = t_now
+    alpha = spent(t_now) - spent(t_before)
+    fraction_list = [[r, fractions[r]] for r in looks if r in fractions]
     before = {_key(c): c for c in (previous or {}).get("comparisons", [])}
     states: list[ComparisonState] = []
     active: set[str] = set()
@@ -174,11 +205,10 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
     # Only a narrower A/A floor can free a comparison held inside it: its A/A runs on, stopped or not.
     active.update(group_key(c.workload, c.params, c.label, c.knobs) for c in comparisons
                   if c.is_aa and c.metric == settings.metric and _variant(c) in held)
-    spent_s = study_seconds(store)
-    rule = f" (look at {rounds} round(s): α={alpha:.4f}; {RULE})"
+    rule = f" (look at {rounds} round(s): α={alpha:.4f} at t={t_now:.2f}; {RULE})"
     if not states:
         return Decision(rounds, True, f"no comparison of {settings.metric} to check (is there a baseline?)",
-                        states, set(), spent_s, alpha, looks)
+                        states, set(), spent_s, alpha, looks, fraction_list)
     if not active:
         words = ", ".join(f"{n} {v}" for v, n in Counter(s.verdict for s in states if s.status == "verdict").items())
         reached = sum(s.status == "reached" for s in states)
@@ -188,7 +218,7 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
         served = sum(s.status == "served" for s in states)
         if served:
             parts[0] += f"; {served} A/A entr{'ies' if served > 1 else 'y'} stopped with the comparisons it is the floor for"
-        return Decision(rounds, True, parts[0] + rule, states, set(), spent_s, alpha, looks)
+        return Decision(rounds, True, parts[0] + rule, states, set(), spent_s, alpha, looks, fraction_list)
     budget = None
     if rounds >= settings.max_repetitions:
         budget = f"the budget of {settings.max_repetitions} repetitions ran out"
@@ -203,10 +233,10 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
         for state in states:
             if state.status == "running":
                 state.status = "budget"
-        return Decision(rounds, True, budget + rule, states, active, spent_s, alpha, looks)
+        return Decision(rounds, True, budget + rule, states, active, spent_s, alpha, looks, fraction_list)
     running = sum(s.status == "running" for s in states)
     return Decision(rounds, False, f"{running} comparison(s) still inconclusive" + rule, states, active, spent_s,
-                    alpha, looks)
+                    alpha, looks, fraction_list)
 
 
 def _series(cell_id: str) -> str:
