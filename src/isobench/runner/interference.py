@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,16 @@ def read_schedstat(text: str | None = None) -> dict[int, tuple[int, int]]:
     return found
 
 
+#: each cell group's last CPU reading, by its cpuacct directory. A duet member whose window ends after
+#: its partner's reads the partner's group when the partner has ended and its group may be gone: it then
+#: gets the reading the partner's own end of window just took (its final CPU time, but for its exit),
+#: instead of none, which had judged that member on steal alone while the other was judged in full,
+#: so a neighbour both met read as one-sided and the pair was re-run.
+_LAST_READ: OrderedDict[Path, tuple[int, list[int]]] = OrderedDict()
+_LAST_READ_KEPT = 64
+_LAST_READ_LOCK = threading.Lock()
+
+
 def _cell_cpu(cgroups: dict[str, Path]) -> tuple[int | None, list[int]]:
     directory = cgroups.get("cpuacct")
     if directory is None:
@@ -91,7 +102,14 @@ def _cell_cpu(cgroups: dict[str, Path]) -> tuple[int | None, list[int]]:
         total = int((directory / "cpuacct.usage").read_text())
         percpu = [int(v) for v in (directory / "cpuacct.usage_percpu").read_text().split()]
     except (OSError, ValueError):
-        return None, []
+        with _LAST_READ_LOCK:
+            last = _LAST_READ.get(directory)
+        return last if last is not None else (None, [])
+    with _LAST_READ_LOCK:
+        _LAST_READ[directory] = (total, percpu)
+        _LAST_READ.move_to_end(directory)
+        while len(_LAST_READ) > _LAST_READ_KEPT:
+            _LAST_READ.popitem(last=False)
     return total, percpu
 
 
