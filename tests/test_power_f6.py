@@ -184,3 +184,23 @@ def test_a_workload_that_would_ignore_the_injected_writer_is_refused_at_load() -
             "{name: baremetal, label: w, knobs: {extra_writebacks: 1}}]\n")
     with pytest.raises(UserError, match=r"platforms\[1\]\.knobs\.extra_writebacks: .*cpu-spin would run without it"):
         load_study_text(text, "k.yaml", check_host=False)
+
+
+def test_the_two_f6_checks_read_one_power_run_of_the_same_cells(tmp_path: Path) -> None:
+    """F6's count and its interval spread inject the same writer into the same cells: one run serves
+    both (each used to run its own copy: at full size six more minutes of checkpoint cells)."""
+    from rich.console import Console
+
+    from tests.conftest import need_root
+    from tests.test_ftrace import need_tracefs
+
+    need_root()
+    need_tracefs()
+    said = io.StringIO()
+    results = power.run_power(load_findings("park-bahn-2023"), tmp_path, False, True, None, {},
+                              Console(file=said, width=200), {"F6"})
+    assert {r.what for r in results} == {COUNT, SPREAD}
+    runs = [p for p in (tmp_path / "park-bahn-2023" / "power").iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    assert {r.directory for r in results} == {str(runs[0])}
+    assert "the same cells as" in said.getvalue()

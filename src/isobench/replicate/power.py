@@ -265,6 +265,9 @@ def run_power(paper: PaperFindings, out: Path, resume: bool, quick: bool, max_mi
 
     texts = {s: study_text(paper, s, quick, max_minutes) for s in paper.studies}
     results = []
+    #: a power study already run, by its text: checks that inject the same thing into the same cells
+    #: (F6's count and its intervals) read one store instead of running the same cells twice
+    ran: dict[str, Path] = {}
     for plan in plan_power(paper, only, _baselines(paper, texts)):
         if not plan.injected:
             results.append(not_injected(plan))
@@ -281,6 +284,12 @@ def run_power(paper: PaperFindings, out: Path, resume: bool, quick: bool, max_mi
             baseline = check.against or _baselines(paper, {plan.study: texts[plan.study]})[plan.study]
             plan.rate, plan.rate_from = writeback_power.writer_rate(plan.effect, out / paper.paper / plan.study,
                                                                     check.workload or "", baseline)
+        wanted = yaml.safe_dump(power_study(yaml.safe_load(texts[plan.study]), plan, check, quick), sort_keys=False)
+        if wanted in ran:
+            console.print(markup("[bold]{}[/]: power run for {} {}: the same cells as {}", paper.paper,
+                                 plan.finding, plan.what, ran[wanted].name))
+            results.append(read_power(paper, plan, ran[wanted], missing))
+            continue
         again = resume and Store.exists(directory)
         if Store.exists(directory) and not again:
             raise UserError("results already there", file=str(directory),
@@ -288,9 +297,8 @@ def run_power(paper: PaperFindings, out: Path, resume: bool, quick: bool, max_mi
         console.print(markup("[bold]{}[/]: power run for {} {}: {}", paper.paper, plan.finding, plan.what,
                              injected_words(plan)))
         directory.parent.mkdir(parents=True, exist_ok=True)
-        text = None if again else yaml.safe_dump(
-            power_study(yaml.safe_load(texts[plan.study]), plan, check, quick), sort_keys=False)
-        run_study(text, None if again else plan.study, directory, again, console)
+        run_study(None if again else wanted, None if again else plan.study, directory, again, console)
+        ran[wanted] = directory
         results.append(read_power(paper, plan, directory, missing))
     return results
 
