@@ -120,6 +120,13 @@ def intervention_label(entry: str, knobs: dict[str, Any], fields: dict[str, Any]
     return "-".join([entry, *label_parts(fields or {}), *knob_parts])[:64]
 
 
+def _kept_entries(study: Study, raw: dict[str, Any], entries: set[str]) -> list[dict[str, Any]]:
+    """The written platform entries a follow-up keeps: the baseline, the A/A entries and ``entries``."""
+    baseline = study.baseline or study.platforms[0].key
+    return [written for entry, written in zip(study.platforms, raw["platforms"], strict=True)
+            if entry.key == baseline or entry.key in entries or is_aa_entry(study, entry)]
+
+
 def follow_up_study(text: str, study: Study, file: str, tests: list[dict[str, Any]],
                     evidence: Evidence | None = None) -> tuple[str, str]:
     """(the follow-up study's text, its name): the stored study (``text``, loaded as ``study``
@@ -128,13 +135,8 @@ def follow_up_study(text: str, study: Study, file: str, tests: list[dict[str, An
     probes that count them."""
     evidence = evidence or Evidence()
     raw = parse_study_yaml(text, file)
-    baseline = study.baseline or study.platforms[0].key
     wanted_workloads = {t["workload"] for t in tests} | evidence.workloads
-    wanted_entries = {t["entry"] for t in tests} | evidence.entries
-    platforms: list[dict[str, Any]] = []
-    for entry, written in zip(study.platforms, raw["platforms"], strict=True):
-        if entry.key == baseline or entry.key in wanted_entries or is_aa_entry(study, entry):
-            platforms.append(written)
+    platforms = _kept_entries(study, raw, {t["entry"] for t in tests} | evidence.entries)
     for test in tests:
         index = next(i for i, e in enumerate(study.platforms) if e.key == test["entry"])
         fields = test.get("fields") or {}
@@ -192,10 +194,8 @@ def cores_study(text: str, study: Study, file: str, suspects: list[tuple[str, st
     ``threads``, the cores each of the study's cells had, holds the workload's compute threads
     where they were (unless the study sets them): the extra cores are the sandbox's, not torch's."""
     raw = parse_study_yaml(text, file)
-    baseline = study.baseline or study.platforms[0].key
-    workloads, entries = {w for w, _ in suspects}, {e for _, e in suspects}
-    raw["platforms"] = [written for entry, written in zip(study.platforms, raw["platforms"], strict=True)
-                        if entry.key == baseline or entry.key in entries or is_aa_entry(study, entry)]
+    workloads = {w for w, _ in suspects}
+    raw["platforms"] = _kept_entries(study, raw, {e for _, e in suspects})
     raw["workloads"] = [w for entry, w in zip(study.workloads, raw["workloads"], strict=True) if entry.key in workloads]
     for name in DUET_ONLY_FIELDS:
         raw.pop(name, None)

@@ -63,5 +63,11 @@ def _print_verdicts(directory: Path, cores: Path, suspects: list[tuple[str, str]
     from isobench.analysis.more_cores import cores_verdicts
     from isobench.store import Store
 
-    for _, line in cores_verdicts(Store.open(directory), Store.open(cores), suspects):
+    parent, theirs = Store.open(directory), Store.open(cores)
+    try:
+        verdicts = cores_verdicts(parent, theirs, suspects)
+    finally:
+        parent.close()
+        theirs.close()
+    for _, line in verdicts:
         console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -380,6 +380,9 @@ def print_results(directory: Any, label: str, console: Console) -> None:
     from isobench.analysis.compare import compare
 
     store = Store.open(directory)
-    # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
-    print_summary(store, [c for c in compare(store) if not c.emulated], console)
+    try:
+        # Comparisons against emulated cells (VMs under TCG) are refused; `summary --force` shows them.
+        print_summary(store, [c for c in compare(store) if not c.emulated], console)
+    finally:
+        store.close()
     console.print(markup(label + ": [bold]{}[/] (isobench summary {})", directory, directory))
