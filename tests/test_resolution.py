@@ -312,6 +312,42 @@ def test_a_worker_at_the_start_line_measures_only_after_its_go(tmp_path: Path) -
     assert alone.returncode == 0 and '"run_start"' in alone.stdout
 
 
+def test_a_member_at_a_rolling_start_line_keeps_working_unmeasured_until_its_go(tmp_path: Path) -> None:
+    # Beside a busy neighbour the member that had waited idle measured slower by about 10% per second
+    # waited: a loop sized in seconds keeps running items while it waits, and measures none of them.
+    import json
+
+    cell = {"cell_id": "t", "workload": "cpu-spin", "params": {"iterations": 1, "work": 20000, "min_seconds": 0.3},
+            "knobs": {}, "seed": 0, "start_line": True, "warmup_items": 2}
+    worker = subprocess.Popen([sys.executable, "-m", "isobench.workloads.worker", json.dumps(cell)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert worker.stdout is not None and worker.stdin is not None
+    for line in worker.stdout:
+        if json.loads(line)["type"] == "ready":
+            break
+    cpu_before = _process_cpu_s(worker.pid)
+    time.sleep(0.6)
+    cpu_waiting = _process_cpu_s(worker.pid) - cpu_before
+    worker.stdin.write("go\n")
+    worker.stdin.flush()
+    rest = [json.loads(line) for line in worker.stdout]
+    assert worker.wait(timeout=60) == 0
+    # it computed through the wait (an idle wait spends next to no CPU time)
+    assert cpu_waiting > 0.3, cpu_waiting
+    start = next(r for r in rest if r["type"] == "run_start")
+    assert start["start_line_wait_s"] >= 0.5 and start["start_line_items"] > 0 and start["warmup_items"] == 2, start
+    # nothing before the go is measured: the items recorded are those after the window opened
+    items = [r for r in rest if r["type"] == "item"]
+    assert rest.index(start) < rest.index(items[0]) and items[0]["i"] == 0
+    done = next(r for r in rest if r["type"] == "done")
+    assert done["run_s"] >= 0.3 and done["items"] == len(items)
+
+
+def _process_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # -- interference accounting, CPU time per item, slowdown --------------------------------------------
 
 def _busy_loop_on(core: int) -> subprocess.Popen:

@@ -29,6 +29,25 @@ ITEM_FLUSH_S = 1.0
 START_LINE_TIMEOUT_S = 300.0
 
 
+#: a member that says ``ready`` at a rolling start line first waits this long for the go, which
+#: comes at once when it was the last of the pair to get ready; otherwise it keeps working
+ROLLING_FIRST_POLL_S = 0.005
+
+
+def go_has_come(timeout_s: float) -> bool:
+    """Whether the runner wrote the go (a line on stdin) within ``timeout_s`` (0: a poll), consuming
+    it; a cell without stdin has nothing to wait for (True)."""
+    import select
+
+    try:
+        ready, _, _ = select.select([0], [], [], timeout_s)
+        if ready:
+            os.read(0, 64)
+        return bool(ready)
+    except (OSError, ValueError):
+        return True
+
+
 def wait_for_go(timeout_s: float) -> float | None:
     """Block until the runner writes a line on stdin (the go of a duet's start line) or closes
     it; return the seconds waited, or None when nothing came within ``timeout_s``."""
@@ -99,6 +118,11 @@ class CellContext:
         self._run_started: float | None = None
         self._measuring_since: float | None = None
         self._start_line_wait: float | None = None
+        #: a rolling start line (``start_run(rolling=True)``): when the member said ``ready`` (None:
+        #: not yet), and the unmeasured items it ran since, while its partner got ready
+        self._rolling = False
+        self._ready_at: float | None = None
+        self._line_items = 0
         #: item records written in batches: encoding and writing one per item between timed items
         #: polluted the caches the next item ran in (measured: +6% per item and twice the spread
         #: between cells for a 2.5 ms LeNet step)
@@ -140,18 +164,33 @@ class CellContext:
         """What this cell is for cannot be measured here (no CUDA device): a record, never a number."""
         self._notes["unavailable"] = reason
 
-    def start_run(self) -> None:
+    def start_run(self, rolling: bool = False) -> None:
         """Mark the start of the timed items (after setup): the runner reads the cell's CPU time
         and its cores' interference counters here (runner/interference.py), or after the
-        warm-up items when the cell has any. A duet member waits at the start line here, before
-        its warm-up items, so that the items after an idle wait are not measured: when members
-        waited 1-3 s after their warm-up, the waiting member of the default study's resnet-infer
-        A/A pair measured 8-30% slower in each of the four rounds it waited over a second."""
+        warm-up items when the cell has any.
+
+        A duet member meets its partner at the start line. By default it waits there idle, before
+        its warm-up items: when members waited 1-3 s after their warm-up, the waiting member of the
+        default study's resnet-infer A/A pair measured 8-30% slower in each of the four rounds it
+        waited over a second. Waiting before the warm-up items was not enough beside a busy
+        neighbour: there the member that had waited still measured slower in proportion to its
+        wait (pair ratio against wait difference r = 0.85 over 23 A/A pairs, about 10% per second
+        waited), and as learnt launch delays made the A/A member wait more often than its
+        partner, its pairs read +2% in two loaded runs. With ``rolling=True`` (a loop of items
+        sized by ``min_seconds``) the member never idles: it says ``ready`` after its warm-up
+        items and goes on running unmeasured items until the go, and its window opens at the
+        first item boundary after it, at most one item late."""
         # Set-up (torch's import alone) leaves hundreds of thousands of long-lived objects that every
         # full collection would walk again: frozen, the collector's pauses no longer depend on how
         # much was imported, which made the mean of a cell swing by several percent between processes.
         gc.collect()
         gc.freeze()
+        if self.cell.get("start_line") and rolling:
+            self._rolling = True
+            self._run_started = time.perf_counter()
+            if not self._warmup_items:
+                self._at_rolling_line()
+            return
         if self.cell.get("start_line"):
             self.emit({"type": "ready"})
             self._stream.flush()
@@ -159,6 +198,22 @@ class CellContext:
         self._run_started = time.perf_counter()
         if not self._warmup_items:
             self._open_window({"type": "run_start"})
+
+    def _at_rolling_line(self) -> None:
+        """Between two unmeasured items at a rolling start line: say ``ready`` the first time, and
+        open the measured window once the go has come (or the line has waited too long)."""
+        if self._ready_at is None:
+            self.emit({"type": "ready"})
+            self._stream.flush()
+            self._ready_at = time.perf_counter()
+            came = go_has_come(ROLLING_FIRST_POLL_S)
+        else:
+            came = go_has_come(0.0)
+        waited = time.perf_counter() - self._ready_at
+        if not came and waited < START_LINE_TIMEOUT_S:
+            return
+        self._start_line_wait = waited if came else None
+        self._open_window({"type": "run_start", "warmup_items": self._warmed, "start_line_items": self._line_items})
 
     def _open_window(self, record: dict[str, Any]) -> None:
         """Start the measured window (after the start line's go and the warm-up items)."""
@@ -193,7 +248,14 @@ class CellContext:
         if self._warmed < self._warmup_items:
             self._warmed += 1
             if self._warmed == self._warmup_items:  # the measured window starts with the next item
-                self._open_window({"type": "run_start", "warmup_items": self._warmed})
+                if self._rolling:
+                    self._at_rolling_line()
+                else:
+                    self._open_window({"type": "run_start", "warmup_items": self._warmed})
+            return
+        if self._rolling and self._measuring_since is None:  # an item run while the partner got ready
+            self._line_items += 1
+            self._at_rolling_line()
             return
         with self._lock:
             self._pending.append({"type": "item", "i": self._items, "e2e": e2e, "phases": phases})

@@ -58,7 +58,7 @@ def infer_loop(ctx: CellContext, params: InferParams, device: Any, preprocess: C
     mode = timing_mode(params.sync_timing, device.type)
     clock = phase_clock(mode)
     answers = 0
-    ctx.start_run()
+    ctx.start_run(rolling=params.min_seconds > 0)
     with torch.inference_mode():
         index = 0
         while index < params.requests or ctx.measured_s() < params.min_seconds:

@@ -119,7 +119,7 @@ def serve_requests(ctx: CellContext, params: LlmParams, step: Callable[[Any, Any
     pick, reseed = token_picker(params, device)
     stats, digest = GenerationStats(), hashlib.sha256()
     batch, index = params.batch_size, 0
-    ctx.start_run()
+    ctx.start_run(rolling=params.min_seconds > 0)
     with torch.inference_mode():
         while index < params.requests or ctx.measured_s() < params.min_seconds:
             texts = [prompts[(index * batch + row) % len(prompts)] for row in range(batch)]

@@ -294,7 +294,7 @@ def timed_items(ctx: Any, phase: str, work: Callable[[], object], iterations: in
     :func:`phase_clock` (so the ``slowdown``, ``extra_syscalls`` and ``extra_faults`` knobs are
     injected here too)."""
     clock = phase_clock(CLOCK)
-    ctx.start_run()
+    ctx.start_run(rolling=min_seconds > 0)
     done = 0
     while done < iterations or ctx.measured_s() < min_seconds:
         clock.start()

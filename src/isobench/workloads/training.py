@@ -178,7 +178,7 @@ def _loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, optim
     log: dict[str, float] = {}
     step = epochs_done = in_epoch = 0
     batches = iter(loader)
-    ctx.start_run()
+    ctx.start_run(rolling=params.min_seconds > 0)
     while True:
         clock.start()
         try:
