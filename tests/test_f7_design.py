@@ -65,7 +65,9 @@ def test_bare_metal_has_no_quota_and_vanilla_has_one_at_every_ratio(host: list[i
         assert pinned["cpuset"] == bare["cpuset"] and "cpus" not in pinned
         # the old baseline, kept beside: bare metal under the vanilla quota
         assert quota["cpus"] == vanilla["cpus"] and "cpuset" not in quota
-        assert len({g["threads"] for g in (bare, vanilla, pinned, quota)}) == 1  # the same threads
+        # no thread count is set: each arm runs torch's default, the cores it can run on, so the
+        # vanilla container (every core visible, a quota of N) runs more threads than its quota
+        assert all("threads" not in g for g in (bare, vanilla, pinned, quota)), (bare, vanilla)
     # the A/A twin runs as the baseline does
     assert by_arm[("aa", 0.5)] == by_arm[("baremetal", 0.5)]
 
@@ -102,13 +104,19 @@ def test_the_quick_run_stays_three_cells_and_reaches_the_low_ratio_checks(monkey
         sample, reference = _sides(check, groups, baseline)
         assert sample.knobs["chr"] == reference.knobs["chr"] == 0.5
     assert "cpus" not in _sides(_f7().checks[0], groups, baseline)[1].knobs
+    assert all("threads" not in g.knobs for g in groups)  # the quick run threads as the full one
 
 
 def test_the_rule_is_dated_revised_and_says_where_this_host_sits() -> None:
     f7 = _f7()
     assert f7.written == datetime.date(2026, 11, 27)
-    latest = max(f7.revisions, key=lambda r: r.date)
-    assert latest.date == datetime.date(2026, 11, 27) and "quota" in latest.reason
+    assert [r.date for r in f7.revisions] == sorted(r.date for r in f7.revisions)
+    quota, threads = f7.revisions[-2:]
+    assert quota.date == datetime.date(2026, 11, 27) and "quota" in quota.reason
+    # the latest says what it changed, that it was written knowing the run, and what stayed
+    assert threads.date == datetime.date(2026, 11, 27) and "threads" in threads.reason
+    assert "0.875" in threads.reason and "knowing" in threads.reason and "unchanged" in threads.reason
+    assert "default thread count" in f7.rule
     limit = f7.checks[0].design_limit
     # this host's ratio against the paper's range, and the lent 16-core host's
     assert "0.5" in limit and "0.05" in limit and "0.8" in limit and "1 of 16" in limit
