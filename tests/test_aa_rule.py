@@ -13,7 +13,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from isobench.analysis.compare import Comparison, compare, judge
+from isobench.analysis.compare import Comparison, compare, judge, pool_spread_with_aa
 from isobench.analysis.verdict import MIN_DIRECTION_DF, MIN_DIRECTION_N, verdict_and_reason
 from isobench.plan import expand
 from isobench.plan.cells import group_key
@@ -229,3 +229,33 @@ def test_a_comparison_held_inside_the_floor_keeps_its_aa_running(tmp_path: Path)
     assert states["aa"].status == "verdict"  # stays stopped, with the verdict it stopped on
     assert group_key("cpu-spin", docker.params, "aa", {}) in decision.active_groups
     assert not decision.stop
+
+
+# -- a comparison's pairs spread at least as much as its A/A's ------------------------------------
+
+def _duet(label: str, ratio: float, spread: float, n: int, *, aa: bool = False, workload: str = "resnet-infer",
+          method: str = "duet-paired") -> Comparison:
+    se = spread / math.sqrt(n)
+    low, high = math.exp(math.log(ratio) - 2.0 * se), math.exp(math.log(ratio) + 2.0 * se)
+    return Comparison(workload=workload, platform=f"baremetal/{label}", label=label, knobs={}, metric="e2e",
+                      baseline="baremetal", ratio=ratio, ci_low=low, ci_high=high, n=n, significant=False,
+                      n_baseline=n, p_value=0.5, mean=ratio, baseline_mean=1.0, unit="s", method=method,
+                      is_aa=aa, se=se, df=float(n - 1))
+
+
+def test_a_comparison_that_stopped_on_pairs_that_happened_to_agree_gets_the_aas_spread() -> None:
+    """The loaded benchmark's injected 3% on resnet-infer stopped after 6 pairs, 1.006× "equivalent"
+    (0.996–1.016): its pairs spread 1.3% where the A/A's 24 spread 5.3%."""
+    aa = _duet("aa", 0.999, 0.053, 24, aa=True)
+    slow = _duet("slow3", 1.006, 0.013, 6)
+    noisy = _duet("gvisor", 1.30, 0.09, 6)  # spreads more than the A/A: its own spread stands
+    other = _duet("slow3", 1.006, 0.013, 6, workload="lenet-train")  # no A/A of its workload
+    crossed = _duet("docker", 1.0, 0.013, 6, method="duet-crossover")  # paired another way than the A/A
+    before = {id(c): (c.se, c.ci_low, c.ci_high) for c in (aa, noisy, other, crossed)}
+    pool_spread_with_aa([aa, slow, noisy, other, crossed])
+    assert slow.se == pytest.approx(0.053 / math.sqrt(6)) and slow.df == 23.0
+    assert slow.ci_low < 1.0 < 1.03 < slow.ci_high, (slow.ci_low, slow.ci_high)  # the 3% is inside now
+    assert "A/A's 5.3% over 24 pairs" in slow.method_reason
+    judge(slow)
+    assert slow.verdict == "inconclusive"  # no longer "equivalent" within ±2%
+    assert all(before[id(c)] == (c.se, c.ci_low, c.ci_high) for c in (aa, noisy, other, crossed))
