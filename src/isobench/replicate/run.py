@@ -160,14 +160,18 @@ def replicate(choice: str, out: Path, resume: bool, quick: bool, max_minutes: fl
               console: Console, command: str = "isobench replicate", power: bool = False,
               power_only: set[str] | None = None) -> list[PaperRun]:
     """Each paper of ``choice`` in turn. With ``resume``, a paper's time adds up over the
-    invocations (the first ran the cells; a later one may only re-test the findings)."""
+    invocations (the first ran the cells; a later one may only re-test the findings), as long as
+    its results are still there: a paper whose directory was removed to run it again starts its
+    time afresh (its earlier time measured cells that are gone)."""
     earlier = previous_records(out) if resume else {}
     before = {p["paper"]: p for p in earlier.get("papers", [])}
     commands = appended_command(earlier.get("commands", []), command)
     runs = []
     for name in papers_of(choice):
+        kept = (out / name).is_dir()
         run = replicate_paper(name, out, resume, quick, max_minutes, console, power, power_only)
-        run.seconds += float(before.get(name, {}).get("seconds", 0.0))
+        if kept:
+            run.seconds += float(before.get(name, {}).get("seconds", 0.0))
         runs.append(run)
         write_records(runs, out, commands)  # a later paper's failure keeps the earlier ones' verdicts
     return runs
