@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -282,10 +283,12 @@ def test_the_start_line_lets_everyone_go_once_all_are_ready_or_gone() -> None:
     assert lone.communicate(timeout=10)[0].strip() == b"go"
 
 
-def test_a_worker_at_the_start_line_measures_only_after_its_go(tmp_path: Path) -> None:
+def _worker_at_the_start_line(work: int) -> tuple[subprocess.Popen[str], dict[str, Any], list[str]]:
+    """A cpu-spin worker (2 warm-up items, 0.3 s measured) that said ``ready`` at its start line, its
+    cell, and the kinds of the records it wrote up to ``ready``."""
     import json
 
-    cell = {"cell_id": "t", "workload": "cpu-spin", "params": {"iterations": 1, "work": 1000, "min_seconds": 0.3},
+    cell = {"cell_id": "t", "workload": "cpu-spin", "params": {"iterations": 1, "work": work, "min_seconds": 0.3},
             "knobs": {}, "seed": 0, "start_line": True, "warmup_items": 2}
     worker = subprocess.Popen([sys.executable, "-m", "isobench.workloads.worker", json.dumps(cell)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -295,6 +298,14 @@ def test_a_worker_at_the_start_line_measures_only_after_its_go(tmp_path: Path) -
         kinds.append(json.loads(line)["type"])
         if kinds[-1] == "ready":
             break
+    return worker, cell, kinds
+
+
+def test_a_worker_at_the_start_line_measures_only_after_its_go(tmp_path: Path) -> None:
+    import json
+
+    worker, cell, kinds = _worker_at_the_start_line(1000)
+    assert worker.stdout is not None and worker.stdin is not None
     assert "item" not in kinds and "run_start" not in kinds  # nothing measured before the go
     time.sleep(0.5)
     assert worker.poll() is None  # still waiting
@@ -317,14 +328,8 @@ def test_a_member_at_a_rolling_start_line_keeps_working_unmeasured_until_its_go(
     # waited: a loop sized in seconds keeps running items while it waits, and measures none of them.
     import json
 
-    cell = {"cell_id": "t", "workload": "cpu-spin", "params": {"iterations": 1, "work": 20000, "min_seconds": 0.3},
-            "knobs": {}, "seed": 0, "start_line": True, "warmup_items": 2}
-    worker = subprocess.Popen([sys.executable, "-m", "isobench.workloads.worker", json.dumps(cell)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    worker, _, _ = _worker_at_the_start_line(20000)
     assert worker.stdout is not None and worker.stdin is not None
-    for line in worker.stdout:
-        if json.loads(line)["type"] == "ready":
-            break
     cpu_before = _process_cpu_s(worker.pid)
     time.sleep(0.6)
     cpu_waiting = _process_cpu_s(worker.pid) - cpu_before
