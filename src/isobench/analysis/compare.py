@@ -237,7 +237,7 @@ def pool_spread_with_aa(results: list[Comparison]) -> None:
             continue
         log_ratio = math.log(c.ratio)
         c.se, c.df = aa_spread / math.sqrt(c.n), aa.df
-        c.ci_low, c.ci_high = interval_at(log_ratio, c.se, c.df, 0.95) or (c.ci_low, c.ci_high)
+        c.ci_low, c.ci_high = interval_at(log_ratio, c.se, c.df, 0.95)  # type: ignore[misc]
         c.p_value = float(2 * t_sf(abs(log_ratio) / c.se, max(c.df or 1.0, 1.0)))
         c.significant = c.ci_low is not None and c.ci_high is not None and (c.ci_low > 1.0 or c.ci_high < 1.0)
         c.method_reason = (f"{c.method_reason}; " if c.method_reason else "") + (

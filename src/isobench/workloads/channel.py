@@ -51,17 +51,8 @@ def go_has_come(timeout_s: float) -> bool:
 def wait_for_go(timeout_s: float) -> float | None:
     """Block until the runner writes a line on stdin (the go of a duet's start line) or closes
     it; return the seconds waited, or None when nothing came within ``timeout_s``."""
-    import select
-
     started = time.perf_counter()
-    try:
-        ready, _, _ = select.select([0], [], [], timeout_s)
-        if not ready:
-            return None
-        os.read(0, 64)
-    except (OSError, ValueError):  # no stdin at all: nothing to wait for
-        pass
-    return time.perf_counter() - started
+    return time.perf_counter() - started if go_has_come(timeout_s) else None
 
 
 #: why a cell carries no fault counts: a kernel that keeps none reports 0, as gVisor's does
