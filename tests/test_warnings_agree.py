@@ -21,7 +21,14 @@ from isobench.analysis.warnings import PAIRED_WORDS, study_warnings
 from isobench.plan import expand
 from isobench.report.adaptive_table import stop_words
 from isobench.runner.execute import CellOutcome
-from isobench.runner.hostload_baseline import own_tree_jiffies, read_cpu_times
+from isobench.runner.hostload_baseline import (
+    WINDOW_ENV,
+    WINDOW_S,
+    configured_window_s,
+    own_tree_jiffies,
+    read_cpu_times,
+    sample_host,
+)
 from isobench.store import Store
 from isobench.studyfile import load_study_text
 
@@ -158,6 +165,20 @@ def test_cpu_times_and_the_own_process_tree_are_read_as_the_kernel_writes_them()
     assert own_tree_jiffies(processes, 10) == 37
 
 
+def test_the_window_before_set_up_is_a_second_unless_the_environment_sets_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's runs watch the host for a shorter window (conftest.py); a user's, a second."""
+    monkeypatch.delenv(WINDOW_ENV, raising=False)
+    assert configured_window_s() == WINDOW_S == 1.0
+    for bad in ("", "soon", "0", "-1", "nan", "1e9"):
+        monkeypatch.setenv(WINDOW_ENV, bad)
+        assert configured_window_s() == WINDOW_S, bad
+    monkeypatch.setenv(WINDOW_ENV, "0.2")
+    assert configured_window_s() == 0.2
+    sample = sample_host()
+    assert 0.2 <= sample["window_s"] < 0.6 and sample["cores"] >= 1, sample
+
+
 # -- each stopped comparison says why ---------------------------------------------------------------
 META = {"target": 0.01, "metric": "e2e", "rounds": 9, "stopped": True, "alpha": 0.003,
         "reason": "the time budget ran out (600 s spent of 600 s; ...) (look at 9 round(s): α=0.0030; ...)"}
@@ -257,10 +278,12 @@ def test_a_waterfall_without_bounds_still_asks_for_repetitions(tmp_path: Path, v
     assert describe(fall)[0].endswith("its overhead is not resolved, so shares are not shown (add repetitions)")
 
 
-def test_the_sample_from_before_set_up_is_filed_with_the_new_store_once(tmp_path: Path) -> None:
+def test_the_sample_from_before_set_up_is_filed_with_the_new_store_once(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from isobench.runner.hostload_baseline import sample_before_setup
     from isobench.runner.setup import create_store
 
+    monkeypatch.delenv(WINDOW_ENV, raising=False)  # a user's window, not the suite's shorter one
     study = load_study_text(STUDY, "s.yaml", check_host=False)
     sample_before_setup()
     first = create_store(tmp_path / "first", study, STUDY, "s.yaml")
