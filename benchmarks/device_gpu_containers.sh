@@ -236,6 +236,25 @@ print("entries:", [p.get("label") or p["name"] for p in platforms])' "$OK_RUNTIM
     fi
 fi
 
+# -- a paper's replication, its GPU studies run here (issue 24) -----------------------------------
+# REPLICATE=prashanthi-2023: `isobench replicate` on this host; studies that need Docker are left
+# out with the reason (no engine here), the GPU ones run, and its page comes back in $OUT.
+REPLICATE=${REPLICATE:-}
+REPLICATE_LIMIT=${REPLICATE_LIMIT:-330}
+if [ -n "$REPLICATE" ] && [ -e /dev/nvidiactl ]; then
+    rm -rf /tmp/rep
+    step "replicate-$REPLICATE" $((REPLICATE_LIMIT + 30)) timeout -s TERM -k 20 "$REPLICATE_LIMIT" \
+        "$ISOB" replicate "$REPLICATE" --out /tmp/rep --markdown "$OUT/replication-gpu-$REPLICATE.md"
+    if [ -d /tmp/rep ]; then
+        for study in /tmp/rep/"$REPLICATE"/*/; do
+            [ -e "$study/isobench.sqlite" ] || continue
+            name=$(basename "$study")
+            step "summary-$name" 60 bash -o pipefail -c "'$ISOB' summary '$study' | tee '$OUT/$name-summary.txt'"
+        done
+        step rep-tar 60 tar -czf "$OUT/rep-results.tar.gz" -C /tmp rep
+    fi
+fi
+
 ls -l "$OUT"
 for f in "$OUT"/*; do  # what comes back is at most 16 MiB a file
     [ "$(stat -c %s "$f")" -gt $((16 * 1024 * 1024 - 4096)) ] && { echo "too large to bring back, removed: $f"; rm -f "$f"; }

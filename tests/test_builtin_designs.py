@@ -31,6 +31,7 @@ SCHEDULES = {
     "park-bahn-nvm": "sequential",    # tenant groups, host-wide write-back traces
     "prashanthi-2023": "duet",
     "prashanthi-2023-memory": "sequential",  # host-wide memory (F3)
+    "prashanthi-2023-gpu": "sequential",  # one GPU
     "samani-salehi": "sequential",    # the cores a cell gets are the experiment
     "samani-salehi-gpu": "sequential",  # one GPU
     "siddaramanna-john": "duet",

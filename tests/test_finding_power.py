@@ -106,6 +106,25 @@ def test_another_setting_words_does_not_hold_as_not_reproduced_here(known: Path)
     assert run(known, [SLOWER], extra=gpu).verdict == HOLDS
 
 
+def test_checks_in_the_papers_setting_decide_where_they_ran(known: Path) -> None:
+    gpu = "setting: {paper: GPU, here: CPU}"
+    on_gpu = SLOWER.replace("what: optimizer slower", 'what: "on the GPU: optimizer slower"').replace(
+        "}", ", in_setting: true, needs: [gpu]}")
+    # the paper's setting ran and holds: it decides, though the CPU's part resolved the other way
+    decided = run(known, [NOT_SLOWER + "}", on_gpu], extra=gpu)
+    assert [c.verdict for c in decided.checks] == [FAILS, HOLDS]
+    assert decided.verdict == HOLDS and decided.verdict_words == "holds on the GPU"
+    assert decided.reason == "every tested part holds; on the CPU: backward slower: does not hold"
+    # the paper's setting resolved the other way: "does not hold", no longer "not reproduced here"
+    fails = run(known, [SLOWER, on_gpu.replace('"> 2.0"', '"< 1.0"')], extra=gpu)
+    assert fails.verdict == FAILS and fails.verdict_words == "does not hold on the GPU"
+    assert "on the CPU: optimizer slower: holds" in fails.reason
+    # on a host without the paper's setting, this host's checks decide, as before
+    absent = run(known, [NOT_SLOWER + "}", on_gpu], extra=gpu, missing={"gpu": "no GPU here"})
+    assert absent.verdict == NOT_IN_SETTING
+    assert "not tested here: on the GPU: optimizer slower (no GPU here)" in absent.reason
+
+
 def test_a_ratio_check_carries_its_aa_when_the_study_has_one(known: Path, tmp_path: Path) -> None:
     result = run(known, [SLOWER, '{what: share, kind: value, workload: lenet-train, platform: docker, '
                                  'metric: probe.proc.ctx_involuntary, per: probe.cgroup.nr_periods, expect: "> 1"}'])

@@ -32,10 +32,12 @@ def test_f1_and_f2_get_the_papers_effect_inside_their_phases() -> None:
     f2 = plans[("F2", "MobileNet optimizer step, Docker / bare metal")]
     assert f2.injected and f2.effect == 6.703 and f2.phases == ("optimizer",)
     assert f2.knobs() == {"slowdown": 5.703, "slowdown_phases": "optimizer"}
-    # what cannot be injected says why; a check with only `needs` (the GPU) has no plan
+    # what cannot be injected says why
     assert "ratio of ratios" in plans[("F1", "LeNet's overhead / MobileNet's")].reason
     assert "largest" in plans[("F2", "largest added time")].reason
-    assert not any(p.what.startswith("on the GPU") for p in plans.values())
+    # the GPU checks get the same effect, injected into the GPU study where a host has one
+    on_gpu = plans[("F1", "on the GPU: LeNet compute, runc with the GPU / bare metal")]
+    assert on_gpu.injected and on_gpu.effect == 1.537 and on_gpu.phases == f1.phases
 
 
 def test_a_count_effect_is_not_injected_and_says_it_needs_a_process() -> None:

@@ -16,7 +16,9 @@ into ``not testable by this design`` with the reason:
   capacity the tool chose): ``design_limit`` on the check or the finding says which.
 
 A finding whose paper measured in another setting (``setting``) and that does not hold here
-reads "not reproduced in this setting", in words that name both settings.
+reads "not reproduced in this setting", in words that name both settings. Checks marked
+``in_setting`` measure in the paper's setting (a GPU study, on a host that has one): where they
+ran, they decide the finding, and this host's setting is named beside them.
 """
 
 from __future__ import annotations
@@ -152,8 +154,21 @@ def combine(finding: Finding, checks: list[Check], results: Sequence[Outcome], a
     parts that held cannot stand for one the design could not see, and the finding reads "not
     testable by this design" with what held named; a finding left with only parts the design (or
     the host) cannot test says so; anything else is inconclusive. Parts left out are named in the
-    reason."""
+    reason. Where checks in the paper's own setting (``in_setting``) were tested, they alone
+    decide, and what this host's setting showed is named beside them."""
     apply_design_limits(finding, checks, results)
+    if finding.setting is not None:
+        own = [(c, r) for c, r in zip(checks, results, strict=False) if c.in_setting]
+        if any(r.verdict != UNTESTABLE for _, r in own):
+            decided = combine(finding.model_copy(update={"setting": None}), [c for c, _ in own],
+                              [r for _, r in own], absent)
+            here = [r for c, r in zip(checks, results, strict=False) if not c.in_setting and r.verdict != UNTESTABLE]
+            if here:
+                decided.reason += f"; on the {finding.setting.here}: " + "; ".join(
+                    f"{r.what}: {r.verdict}" for r in here)
+            if decided.verdict in (HOLDS, FAILS):
+                decided.words = f"{decided.verdict} on the {finding.setting.paper}"
+            return decided
     tested = [r for r in results if r.verdict in (HOLDS, FAILS, INCONCLUSIVE)]
     by_design = [r for r in results if r.verdict == DESIGN_UNTESTABLE]
     by_host = [r for r in results if r.verdict == UNTESTABLE]

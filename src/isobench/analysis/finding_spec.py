@@ -120,6 +120,10 @@ class Check(Side):
     #: largest: the metric expected to carry the largest added time among ``metrics``
     metrics: list[str] = Field(default_factory=list)
     needs: list[str] = Field(default_factory=list)
+    #: measured in the paper's own setting (the finding's ``setting.paper``, e.g. on a GPU), where
+    #: the finding's other checks measure in this host's (``setting.here``): where such a check
+    #: was tested, the paper's setting decides the finding (finding_power.combine)
+    in_setting: bool = False
     #: how to show a value: a scale and unit (bytes shown in GB: scale 1e-9, unit "GB")
     scale: float = 1.0
     unit: str = ""
