@@ -32,6 +32,7 @@ SCHEDULES = {
     "prashanthi-2023": "duet",
     "prashanthi-2023-memory": "sequential",  # host-wide memory (F3)
     "prashanthi-2023-gpu": "sequential",  # one GPU
+    "prashanthi-2023-syscalls": "duet",
     "samani-salehi": "sequential",    # the cores a cell gets are the experiment
     "samani-salehi-gpu": "sequential",  # one GPU
     "siddaramanna-john": "duet",

@@ -106,6 +106,16 @@ def test_another_setting_words_does_not_hold_as_not_reproduced_here(known: Path)
     assert run(known, [SLOWER], extra=gpu).verdict == HOLDS
 
 
+def test_a_count_per_measured_item_divides_by_the_cells_items(known: Path) -> None:
+    # every cell of the known store measured 4 items
+    value = '{what: optimizer, kind: value, workload: lenet-train, platform: docker, metric: phase.optimizer, expect: "> 0"'
+    whole, each = run(known, [value + "}"]), run(known, [value + ", per: items}"])
+    assert each.checks[0].estimate == pytest.approx(whole.checks[0].estimate / 4)
+    # a ratio of counts per item is the ratio of the counts where both sides measured as many
+    ratio = run(known, [SLOWER.replace("}", ", per: items}")])
+    assert ratio.checks[0].estimate == pytest.approx(run(known, [SLOWER]).checks[0].estimate)
+
+
 def test_checks_in_the_papers_setting_decide_where_they_ran(known: Path) -> None:
     gpu = "setting: {paper: GPU, here: CPU}"
     on_gpu = SLOWER.replace("what: optimizer slower", 'what: "on the GPU: optimizer slower"').replace(

@@ -105,7 +105,8 @@ class Side(BaseModel):
     against_workload: str | None = None
     #: one metric, or several summed per cell (e.g. the compute phases)
     metric: str | list[str] = "e2e"
-    #: divide each cell's metric by this one of the same cell (a share)
+    #: divide each cell's metric by this one of the same cell (a share), or by ``items``: the
+    #: cell's measured items (a count per item)
     per: str | None = None
     #: only the groups whose knobs include these (a sweep's value)
     knobs: dict[str, object] = Field(default_factory=dict)

@@ -61,6 +61,8 @@ class Sources:
         self.skipped = skipped or {}
         self._cache: dict[str, tuple[list[Group], str]] = {}
         self.studies: dict[str, Study] = {}
+        #: study -> cell_id -> the cell's measured items (a check's ``per: items``)
+        self.items: dict[str, dict[str, int]] = {}
 
     def groups(self, study: str) -> tuple[list[Group], str]:
         if study in self.skipped:
@@ -74,6 +76,7 @@ class Sources:
                 parsed = load_study_text(store.meta("study_yaml") or "", study, check_host=False)
                 self._cache[study] = (load_groups(store), parsed.baseline)
                 self.studies[study] = parsed
+                self.items[study] = store.item_counts()
             finally:
                 store.close()
         return self._cache[study]
@@ -89,16 +92,24 @@ def _group(groups: list[Group], workload: str, platform: str, knobs: dict[str, o
     return found[0]
 
 
-def _points(group: Group, metric: str | list[str], per: str | None) -> list[Point]:
+#: ``per: items``: divide by the cell's measured items (a count per item, e.g. system calls)
+PER_ITEM = "items"
+
+
+def _points(group: Group, metric: str | list[str], per: str | None,
+            items: dict[str, int] | None = None) -> list[Point]:
     names = [metric] if isinstance(metric, str) else list(metric)
-    missing = [m for m in [*names, *([per] if per else [])] if m not in group.points]
+    missing = [m for m in [*names, *([per] if per and per != PER_ITEM else [])] if m not in group.points]
     if missing:
         raise Untestable(f"{missing[0]} was not recorded for {group.workload} on {group.platform_key}")
     by_cell: dict[str, list[Point]] = defaultdict(list)
     for name in names:
         for p in group.points[name]:
             by_cell[p.cell_id].append(p)
-    denominators = {p.cell_id: p.value for p in group.points[per]} if per else {}
+    if per == PER_ITEM:
+        denominators: dict[str, float] = {cell_id: float(n) for cell_id, n in (items or {}).items()}
+    else:
+        denominators = {p.cell_id: p.value for p in group.points[per]} if per else {}
     points = []
     for cell_id, parts in by_cell.items():
         if len(parts) != len(names):
@@ -115,10 +126,12 @@ def _points(group: Group, metric: str | list[str], per: str | None) -> list[Poin
 
 
 def _sides(sources: Sources, side: Side, default_study: str) -> tuple[list[Point], list[Point], str]:
-    groups, baseline = sources.groups(side.study or default_study)
+    study = side.study or default_study
+    groups, baseline = sources.groups(study)
     sample = _group(groups, side.workload, side.platform, side.knobs)
     reference = _group(groups, side.against_workload or side.workload, side.against or baseline, side.knobs)
-    return (_points(sample, side.metric, side.per), _points(reference, side.metric, side.per),
+    items = sources.items.get(study)
+    return (_points(sample, side.metric, side.per, items), _points(reference, side.metric, side.per, items),
             side.platform)
 
 
@@ -165,7 +178,7 @@ def _t_interval(values: list[float]) -> tuple[float, float | None, float | None]
 def _value(sources: Sources, check: Check, default_study: str) -> Estimate:
     groups, _ = sources.groups(check.study or default_study)
     values = tenant_means(_points(_group(groups, check.workload, check.platform, check.knobs),
-                                  check.metric, check.per))
+                                  check.metric, check.per, sources.items.get(check.study or default_study)))
     mean, low, high = _t_interval(values)
     return Estimate(mean, low, high, len(values), "linear", _fmt_value(mean, low, high, check),
                     *power.t_spread(values))
