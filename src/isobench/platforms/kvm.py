@@ -19,7 +19,6 @@ from isobench.platforms.guest import cached_debian_kernel, guest_image
 from isobench.platforms.qemu import STATE_ROOT, GuestRun, QemuMachine, qemu_binary
 
 VERDICT_FILE = STATE_ROOT / "kvm-verdict.json"
-VERDICT_TTL_S = 600.0
 KVM_PROBE_TIMEOUT_S = 20.0
 EMULATION_HINT = ("set `allow_emulation: true` in the study to run under TCG emulation "
                   "(results are labelled emulated and say nothing about virtualization overhead)")
@@ -30,30 +29,47 @@ class KvmVerdict:
     works: bool | None  # None: could not be tested (no guest kernel yet)
     reason: str
     checked_at: float = 0.0
+    #: a guest was started and booted, or did not: an answer worth keeping (see kvm_verdict)
+    booted_or_not: bool = dataclasses.field(default=False, repr=False)
 
 
 def kvm_verdict(refresh: bool = False) -> KvmVerdict:
     """Does KVM actually run a guest here? Boots the real guest under KVM and waits for /init.
 
     ``/dev/kvm`` opening proves nothing: on nested hosts the device works and a VM is
-    created, but the guest never gets past its boot loader. The verdict is cached for
-    ten minutes (per boot) in /run/isobench/vm.
+    created, but the guest never gets past its boot loader. A guest that booted, or did not,
+    is cached in /run/isobench/vm until the host reboots or QEMU is replaced (the boot test
+    takes up to 20 s where guests do not boot, and nothing else changes its answer); a missing
+    QEMU or an unopenable /dev/kvm is checked anew each time, as it costs nothing.
     """
+    qemu = _qemu_identity()
     if not refresh:
         try:
             cached = json.loads(VERDICT_FILE.read_text())
-            if cached["boot"] == boot_id() and time.time() - cached["checked_at"] < VERDICT_TTL_S:
+            if cached["boot"] == boot_id() and cached.get("qemu") == qemu and qemu is not None:
                 return KvmVerdict(cached["works"], cached["reason"], cached["checked_at"])
         except (OSError, ValueError, KeyError):
             pass
     verdict = _test_kvm()
-    if verdict.works is not None:
+    if verdict.booted_or_not:
         with contextlib.suppress(OSError):  # not root: the verdict is just not cached
             STATE_ROOT.mkdir(parents=True, exist_ok=True)
             tmp = VERDICT_FILE.with_suffix(f".{os.getpid()}")
-            tmp.write_text(json.dumps({"boot": boot_id(), **dataclasses.asdict(verdict)}))
+            tmp.write_text(json.dumps({"boot": boot_id(), "qemu": qemu, **dataclasses.asdict(verdict)}))
             tmp.rename(VERDICT_FILE)
     return verdict
+
+
+def _qemu_identity() -> str | None:
+    """The QEMU binary as a cache key: its path, size and modification time."""
+    path = qemu_binary()
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def _test_kvm() -> KvmVerdict:
@@ -84,9 +100,9 @@ def _test_kvm() -> KvmVerdict:
             run.kill()
     if booted:
         return KvmVerdict(True, f"a KVM guest booted to userspace in {run.monitor.boot_at - run.started:.1f} s",
-                          now)
+                          now, booted_or_not=True)
     status = run.proc.returncode
     detail = f"QEMU exited with status {status}" if status not in (None, -signal.SIGKILL) else \
         f"it made no progress in {KVM_PROBE_TIMEOUT_S:g} s"
     return KvmVerdict(False, f"/dev/kvm opens, but a KVM guest does not boot ({detail}; nested "
-                             "virtualization?)", now)
+                             "virtualization?)", now, booted_or_not=True)
