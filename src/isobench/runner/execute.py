@@ -200,11 +200,14 @@ def platform_for(cell: Cell) -> Platform:
 
 def run_cell(cell: Cell, platform: Platform | None = None,
              on_ready: Callable[[Launched, dict[str, Path]], None] | None = None,
-             beside: Beside | None = None) -> CellOutcome:
+             beside: Beside | None = None,
+             on_targeted: Callable[[dict[str, Path]], None] | None = None) -> CellOutcome:
     """Launch ``cell`` on its platform, collect its records, clean up, return the outcome.
     ``on_ready`` is called when a cell at the start line (a duet member) is ready to measure,
     with its host cgroups: the caller writes its go to ``launched.proc.stdin``. ``beside`` says
-    which cores the cell may move over and whose CPU time there is not interference."""
+    which cores the cell may move over and whose CPU time there is not interference.
+    ``on_targeted`` is called once the cell's host cgroups are known, soon after its launch
+    (empty where they cannot be found)."""
     platform = platform or platform_for(cell)
     started_at = time.time()
     probes = ProbeSession(cell.probes)
@@ -265,6 +268,8 @@ def run_cell(cell: Cell, platform: Platform | None = None,
                         entry.update(status="failed", reason=f"no probe target: {exc}")
             finally:
                 targeted.set()
+                if on_targeted is not None:
+                    on_targeted(dict(window.cgroups or {}))
             if probes.probes and target is not None:
                 probes.start(target)
             try:

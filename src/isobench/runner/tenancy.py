@@ -118,7 +118,11 @@ def _run_together(cells: list[Cell], platform: Platform | list[Platform],
                 time.sleep(delays[index])
             ready = (lambda launched, cgroups: line.arrive(index, launched, cgroups)) if line is not None else None
             beside = Beside(every_core, lambda: trade.peers_of(index)) if trade is not None else None
-            outcomes[index] = run_cell(cells[index], tracked[index], ready, beside)  # type: ignore[arg-type]
+            # trading begins once both members' cgroups are known, not at the go: a member whose
+            # start-up a neighbour slowed then measured faster than its partner (runner/duet.py)
+            at_launch = (lambda cgroups: trade.enlist_at_launch(index, cgroups)) if trade is not None else None
+            outcomes[index] = run_cell(cells[index], tracked[index], ready, beside,  # type: ignore[arg-type]
+                                       at_launch)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the runner's thread
             errors.append(exc)
         finally:
