@@ -218,9 +218,13 @@ def test_leads_hold_back_the_member_that_gets_ready_sooner() -> None:
     late.platform_info["start_line_wait_s"] = 6.5
     waited.learn([late, _outcome(by_key["gvisor"], 0.0, (9.0, 11.0))])
     assert waited.delays(pair) == pytest.approx([6.5, 0.0] if pair[0].platform_key == "baremetal" else [0.0, 6.5])
-    # jitter is not held back for: two leads 0.1 s apart start together
+    # a steady lead of 0.15 s is held back for (left alone, one member would be first in every
+    # pair); differences under MIN_DELAY_S are not
+    steady = Leads()
+    steady.learn([_outcome(by_key["baremetal"], 0.0, (2.5, 4.5)), _outcome(by_key["gvisor"], 0.0, (2.65, 4.65))])
+    assert steady.delays(pair) == pytest.approx([0.15, 0.0] if pair[0].platform_key == "baremetal" else [0.0, 0.15])
     jitter = Leads()
-    jitter.learn([_outcome(by_key["baremetal"], 0.0, (2.5, 4.5)), _outcome(by_key["gvisor"], 0.0, (2.6, 4.6))])
+    jitter.learn([_outcome(by_key["baremetal"], 0.0, (2.5, 4.5)), _outcome(by_key["gvisor"], 0.0, (2.53, 4.53))])
     assert jitter.delays(pair) == [0.0, 0.0]
     assert overlap([_outcome(by_key["gvisor"], 0.0, (1.0, 2.0)), first[0].__class__(
         cell=by_key["baremetal"], status="ok", exit_code=0, error=None, stderr_tail="", started_at=0.0,

@@ -37,9 +37,12 @@ from isobench.runner.execute import CellOutcome
 
 #: a member is never held back longer than this (a lead that long is a stall, not start-up)
 MAX_DELAY_S = 30.0
-#: differences in lead below this are start-up jitter (torch's import varies by ±0.3 s here):
-#: holding a member back for them would only move the jitter
-MIN_DELAY_S = 0.25
+#: differences in lead below this are not held back for. A lead is a median of the latest few, so
+#: a steady difference shows through torch's import jitter (±0.3 s here); left alone, it makes one
+#: member the first at the start line in nearly every pair, and the member that gets there first
+#: measures slower (docker beside bare metal, trading from launch: bare metal 0.15 s ahead in 21
+#: of 24 pairs at a threshold of 0.25 s, and Docker read 1.1% and 2.1% faster, quiet and loaded)
+MIN_DELAY_S = 0.05
 #: a lead is the median of the latest few: one slow import must not shift the next pair
 LEAD_MEMORY = 5
 
