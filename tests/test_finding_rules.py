@@ -354,3 +354,24 @@ def test_a_papers_overrides_replace_a_shared_studys_fields_and_quick_replaces_th
     with pytest.raises(UserError) as err:
         parse_findings(yaml.safe_dump(bad), "o.yaml")
     assert "overrides names 'layers'" in str(err.value)
+
+
+def test_a_finding_is_judged_by_the_record_of_the_study_its_data_are_in(known: Path, tmp_path: Path) -> None:
+    """A finding added with a study of its own, beside a check that reads no store (only `needs`),
+    is not "written after the data" because the paper's first study, run earlier, lacks it."""
+    old, new = copy_store(known, tmp_path / "a"), copy_store(known, tmp_path / "b")
+    text = paper_text("> 2.0").replace("studies: [known]", "studies: [first, second]")
+    record_rules(old, parse_findings(text, "t.yaml"))  # the first study ran before T3 was written
+    added = text + """  - id: T3
+    source: "test §3"
+    claim: "added with a study of its own"
+    paper: "x"
+    written: 2026-11-22
+    checks:
+      - {what: forward, study: second, workload: lenet-train, platform: docker, metric: phase.forward, expect: "> 1.0"}
+      - {what: "on the GPU", needs: [gpu]}
+"""
+    paper = parse_findings(added, "t.yaml")
+    record_rules(new, paper)  # the second study ran after it was
+    result = evaluate(paper, {"first": old, "second": new}, {"gpu": "no GPU here"})[2]
+    assert result.id == "T3" and not result.changed_after_data, result.change_reason

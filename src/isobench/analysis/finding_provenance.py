@@ -32,10 +32,14 @@ NO_REASON = "no reason written"
 
 
 def studies_of(finding: Finding, paper: PaperFindings) -> list[str]:
-    """The studies whose stores the finding reads, in the paper's order."""
+    """The studies whose stores the finding reads, in the paper's order. A check that reads no
+    store (only ``needs``: a setting this replication does not measure) names none: counted as
+    the paper's first study, it marked a finding whose data lay in another study as written
+    after the data whenever that first study's record was older."""
     default = paper.studies[0] if paper.studies else ""
-    named = {c.study or default for c in finding.checks} | {c.other.study or default for c in finding.checks
-                                                           if c.other is not None}
+    reading = [c for c in finding.checks if c.workload or c.kind == "nvmsim"]
+    named = {c.study or default for c in reading} | {c.other.study or default for c in reading
+                                                     if c.other is not None}
     return [s for s in paper.studies if s in named] or [default]
 
 
