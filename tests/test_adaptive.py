@@ -210,3 +210,25 @@ def test_a_duet_pair_spends_its_time_once(tmp_path: Path) -> None:
     assert len(pairs) == 9 and study_seconds(store) == pytest.approx(9 * 2.0)
     groups = {c.group for c in expand(study)}
     assert next_round_cost(store, study, 3, groups) == pytest.approx(3 * 2.0)
+
+
+def test_a_comparison_whose_verdict_the_analysis_no_longer_gives_runs_on(tmp_path: Path) -> None:
+    # 'noisy' is inconclusive on the data; a previous look that had stopped it on "equivalent" (its
+    # pairs agreed then, and the A/A's spread it must take grew since) does not keep it stopped
+    text = STUDY.replace("adaptive: {target: 0.02, min_repetitions: 3, max_repetitions: 12}",
+                         "adaptive: {min_repetitions: 3, max_repetitions: 40}")
+    study = load_study_text(text, "auto.yaml", check_host=False)
+    store = Store.create(tmp_path, text, study.name, "auto.yaml", {})
+    rng = random.Random(3)
+    for cell in expand(study, 4):  # four rounds, written directly: no adaptive run of its own
+        value = 0.01 * math.exp(rng.gauss(0.0, 0.08 if cell.platform_key == "noisy" else 0.002))
+        assert store.record(_outcome(cell, value), cell.platform_key)
+    first = decide(store, study, 4)
+    states = {s.label: s for s in first.comparisons}
+    assert states["noisy"].status == "running" and states["quiet"].status == "verdict"
+    previous = {"looks": [3, 4], "comparisons": [
+        {**s.__dict__, **({"status": "verdict", "reached_at": 3, "verdict": "equivalent"} if s.label == "noisy" else {})}
+        for s in first.comparisons]}
+    again = {s.label: s for s in decide(store, study, 5, previous).comparisons}
+    assert again["noisy"].status == "running" and again["noisy"].verdict == "inconclusive"
+    assert again["quiet"].status == "verdict" and again["quiet"].reached_at == states["quiet"].reached_at

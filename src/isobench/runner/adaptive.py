@@ -166,7 +166,11 @@ def decide(store: Store, study: Study, rounds: int, previous: dict[str, Any] | N
         state = ComparisonState(c.workload, c.params, c.platform, c.label, c.knobs, c.n,
                                 None if width is None else math.expm1(width), "running", host=c.host)
         old = before.get(_key(asdict(state)))
-        if old and old.get("status") in STOPPED and old.get("reached_at", rounds + 1) <= rounds:
+        # A comparison that stopped on a verdict the analysis no longer gives runs on: its interval
+        # can widen after it stopped, as it takes no less spread than its A/A, which runs on (a
+        # crun comparison stopped at 6 pairs on "equivalent" and read inconclusive in the summary).
+        lost = bool(old) and old.get("status") == "verdict" and not c.is_aa and c.verdict == "inconclusive"
+        if old and old.get("status") in STOPPED and old.get("reached_at", rounds + 1) <= rounds and not lost:
             # Stopped at an earlier look: it stays stopped, with the verdict it stopped on.
             state.status, state.reached_at = old["status"], old["reached_at"]
             state.verdict, state.alpha = old.get("verdict", "inconclusive"), old.get("alpha")
