@@ -232,3 +232,34 @@ def test_a_comparison_whose_verdict_the_analysis_no_longer_gives_runs_on(tmp_pat
     again = {s.label: s for s in decide(store, study, 5, previous).comparisons}
     assert again["noisy"].status == "running" and again["noisy"].verdict == "inconclusive"
     assert again["quiet"].status == "verdict" and again["quiet"].reached_at == states["quiet"].reached_at
+
+
+def _six_rounds(tmp_path: Path, shift: float, sd: float) -> dict:
+    text = STUDY.replace("adaptive: {target: 0.02, min_repetitions: 3, max_repetitions: 12}",
+                         "adaptive: {min_repetitions: 6, max_repetitions: 40}")
+    study = load_study_text(text, "auto.yaml", check_host=False)
+    store = Store.create(tmp_path, text, study.name, "auto.yaml", {})
+    rng = random.Random(5)
+    for cell in expand(study, 6):
+        noisy = cell.platform_key == "noisy"
+        value = 0.01 * math.exp(rng.gauss(shift if noisy else 0.0, sd if noisy else 0.002))
+        assert store.record(_outcome(cell, value), cell.platform_key)
+    return {s.label: s for s in decide(store, study, 6).comparisons}
+
+
+def test_a_direction_stops_only_once_its_size_is_stated(tmp_path: Path) -> None:
+    # 6 pairs with a 3% spread show a 10% effect's direction, not its size: it runs on
+    small = _six_rounds(tmp_path / "small", 0.10, 0.03)["noisy"]
+    assert small.verdict == "slower" and small.status == "running"
+    assert small.half_width is not None and small.half_width > max(0.02, 0.25 * 0.105)
+    # the same spread around a 60% effect states the size within a quarter of it: it stops
+    large = _six_rounds(tmp_path / "large", 0.47, 0.03)["noisy"]
+    assert large.verdict == "slower" and large.status == "verdict" and large.reached_at == 6
+
+
+def test_size_resolved_takes_the_margin_or_a_quarter_of_the_effect() -> None:
+    from isobench.runner.adaptive import size_resolved
+    assert size_resolved(math.log(1.03), math.log(1.019), 0.02)  # within the margin
+    assert not size_resolved(math.log(1.03), math.log(1.025), 0.02)  # wider than the margin, and 3%/4
+    assert size_resolved(math.log(1.6), math.log(1.14), 0.02)  # within a quarter of 60%
+    assert not size_resolved(math.log(1.6), None, 0.02)
