@@ -36,6 +36,7 @@ SCHEDULES = {
     "samani-salehi": "sequential",    # the cores a cell gets are the experiment
     "samani-salehi-gpu": "sequential",  # one GPU
     "siddaramanna-john": "duet",
+    "siddaramanna-john-models": "duet",
 }
 #: studies without an A/A entry, each writing `aa: false` with its reason
 NO_AA = {"park-bahn-nvm", "density"}

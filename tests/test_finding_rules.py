@@ -21,7 +21,7 @@ from isobench.analysis.blocked import Point
 from isobench.analysis.finding_rules import RULES_META, record_rules, recorded_rules, rule_hash, rule_payload
 from isobench.analysis.finding_spec import PAPERS, load_findings, parse_findings
 from isobench.analysis.findings import FAILS, HOLDS, INCONCLUSIVE, evaluate
-from isobench.analysis.tenant_rounds import tenant_means
+from isobench.analysis.tenant_rounds import tenant_means, tenant_points
 from isobench.errors import UserError
 from isobench.platforms.runsc import default_platform, engine_runsc_platform, platform_from_args
 from isobench.report.findings_table import markdown_details, markdown_table
@@ -211,6 +211,15 @@ def test_tenant_points_count_once_per_round(tmp_path: Path) -> None:
     half = float(sps.t.ppf(0.975, 10)) * math.sqrt(2 * variance / 6)
     assert difference.n == 6 and difference.estimate == pytest.approx(0.0, abs=1e-9)
     assert difference.ci_high == pytest.approx(half)
+    # a ratio pairs the group with its round's baseline cell: six pairs of one value each, not
+    # 24 tenants against 6 (which the blocked estimate could not pair, and took as independent)
+    ratio = evaluate(parse_findings(paper_text("> 0").replace(
+        "workload: lenet-train, platform: docker, metric: phase.optimizer, expect: \"> 0\"",
+        "workload: lenet-train, platform: aa, metric: probe.proc.ctx_involuntary, expect: \"> 0.5\""),
+        "t.yaml"), {"known": directory}, {})[0].checks[0]
+    assert ratio.n == 6 and ratio.estimate == pytest.approx(1.0)
+    merged = tenant_points(points)
+    assert [(p.rep, p.value, p.cell_id) for p in merged] == [(0, 1.5, "c0"), (1, 11.5, "c1"), (2, 21.5, "c2")]
 
 
 def test_runsc_platform_is_read_from_the_args_or_the_binary() -> None:

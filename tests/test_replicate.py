@@ -65,7 +65,7 @@ def _resume_and_report(out: Path, paper: str) -> None:
     store = out / paper / paper
     summary = json.loads(run_cli("summary", str(store), "--json", check=True).stdout)
     findings = [r for r in summary if r.get("type") == "finding"]
-    assert [r["id"] for r in findings] == ["F1", "F2", "F3", "F11", "F12"]  # those that read this study
+    assert [r["id"] for r in findings] == ["F1", "F2", "F3", "F11", "F12", "F20"]  # those that read this study
     html = tmp_html = store / "report.html"
     run_cli("report", str(store), "-o", str(tmp_html), check=True)
     page = html.read_text()

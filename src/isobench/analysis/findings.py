@@ -16,7 +16,8 @@ interval against the check's expectation:
   its power, or a ``design_limit``), is not testable by this design (analysis/finding_power.py).
 
 Ratios come from the same blocked estimate (duet pairs, rounds) as every comparison of the
-report; values and differences use a t interval over cells, a tenant group's members averaged
+report, a tenant group's members merged per round first; values and differences use a t interval
+over cells, a tenant group's members averaged
 per round first (analysis/tenant_rounds.py: they share the flusher, so n counts rounds).
 """
 
@@ -39,7 +40,7 @@ from isobench.analysis.finding_spec import Check, Expectation, Finding, PaperFin
 from isobench.analysis.groups import Group, load_groups
 from isobench.analysis.stats import RatioEstimate
 from isobench.analysis.tdist import t_ppf
-from isobench.analysis.tenant_rounds import tenant_means
+from isobench.analysis.tenant_rounds import tenant_means, tenant_points
 from isobench.store import Store
 from isobench.study.model import Study
 from isobench.studyfile import load_study_text
@@ -131,8 +132,9 @@ def _sides(sources: Sources, side: Side, default_study: str) -> tuple[list[Point
     sample = _group(groups, side.workload, side.platform, side.knobs)
     reference = _group(groups, side.against_workload or side.workload, side.against or baseline, side.knobs)
     items = sources.items.get(study)
-    return (_points(sample, side.metric, side.per, items), _points(reference, side.metric, side.per, items),
-            side.platform)
+    # a tenant group's members share the flusher and the cores: one sample per round, not N
+    return (tenant_points(_points(sample, side.metric, side.per, items)),
+            tenant_points(_points(reference, side.metric, side.per, items)), side.platform)
 
 
 def _blocked(sources: Sources, side: Side, default_study: str) -> RatioEstimate:

@@ -24,6 +24,18 @@ def group_of(point: Point) -> str:
     return _MEMBER.sub("", point.cell_id)
 
 
+def tenant_points(points: list[Point]) -> list[Point]:
+    """The points with each tenant group's members merged into one (their mean, under the id of
+    the cell the group replaced), in round order: what a ratio pairs by round. Cells outside a
+    group pass unchanged."""
+    members: dict[tuple[int, str], list[Point]] = defaultdict(list)
+    for point in points:
+        members[(point.rep, group_of(point))].append(point)
+    return [group[0] if len(group) == 1 else
+            Point(rep, statistics.fmean(p.value for p in group), cell_id, group[0].pair, group[0].partner)
+            for (rep, cell_id), group in sorted(members.items())]
+
+
 def tenant_means(points: list[Point]) -> list[float]:
     """One value per tenant group (the mean of its members), in round order; cells outside a
     group keep their own value."""
