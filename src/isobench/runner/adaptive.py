@@ -113,11 +113,10 @@ RULE = ("alpha spending, Lan–DeMets Pocock type α(t)=0.05·ln(1+(e−1)t), "
 def size_resolved(log_ratio: float, half_width: float | None, margin: float) -> bool:
     """A direction's size is stated well enough to stop on: its 95% interval reaches no further
     from the ratio than the equivalence margin, or than ``SIZE_SHARE`` of the effect itself.
-    A direction stops the moment its interval first clears 1 otherwise, often at the first look
-    (6 pairs): an injected 3% read 1.065x (1.035-1.096) so, where 13 pairs read 1.026x. Its
-    interval was right to exclude 1, but a size from six processes a side rides on which of them
-    happened to run slowly (one process in those six pairs ran 7% slower throughout its cell);
-    the report states the size, so the stop waits for it."""
+    Without it a direction stops the moment its interval first clears 1, often at the first look
+    (6 pairs), with its size stated to ±3% or worse; the report states the size, so the stop waits
+    for it. (It does not correct a bias: the injected 3% on resnet-infer still read 1.075x at six
+    pairs inside ±2%, an excess the knob's own process carries; docs/statistics.md.)"""
     if half_width is None:
         return False
     return half_width <= math.log1p(max(margin, SIZE_SHARE * abs(math.expm1(log_ratio))))
