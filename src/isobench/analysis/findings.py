@@ -16,9 +16,8 @@ interval against the check's expectation:
   its power, or a ``design_limit``), is not testable by this design (analysis/finding_power.py).
 
 Ratios come from the same blocked estimate (duet pairs, rounds) as every comparison of the
-report, a tenant group's members merged per round first; values and differences use a t interval
-over cells, a tenant group's members averaged
-per round first (analysis/tenant_rounds.py: they share the flusher, so n counts rounds).
+report; values and differences use a t interval over cells. Either way a tenant group's members
+are merged per round first (analysis/tenant_rounds.py: they share the flusher, so n counts rounds).
 """
 
 from __future__ import annotations

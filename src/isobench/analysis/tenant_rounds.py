@@ -39,7 +39,4 @@ def tenant_points(points: list[Point]) -> list[Point]:
 def tenant_means(points: list[Point]) -> list[float]:
     """One value per tenant group (the mean of its members), in round order; cells outside a
     group keep their own value."""
-    members: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for point in points:
-        members[(point.rep, group_of(point))].append(point.value)
-    return [statistics.fmean(values) for _, values in sorted(members.items())]
+    return [point.value for point in tenant_points(points)]
