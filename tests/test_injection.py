@@ -227,3 +227,56 @@ def test_a_scripts_steps_get_the_slowdown_in_the_worker(tmp_path: Path) -> None:
     injected, work = (sum(item["phases"][name] for item in items) for name in (INJECTED, "work"))
     assert 0.14 < injected / work < 0.3, (injected, work)
     assert records[-1]["type"] == "done" and records[-1]["slowdown"] == FRACTION
+
+
+def _repeat_shares(neighbours: int, core: int) -> tuple[float, int, int, list[float]]:
+    """(injected / item time over the measured items, repeats run, measured items, injected
+    phases) from a clock given the loop's own work to repeat, with ``neighbours`` busy loops on
+    the same core; the first 5 items are unmeasured (warm-up)."""
+    runs = [0]
+
+    def repeat() -> None:
+        runs[0] += 1
+        _cpu_bound_item()
+
+    measured = [False]
+    clock = InjectingPhaseClock(CLOCK, repeat, lambda: measured[0])
+    busy_loop = f"import os, time\nos.sched_setaffinity(0, {{{core}}})\nprint(flush=True)\n" \
+                "end = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", busy_loop], stdout=subprocess.PIPE) for _ in range(neighbours)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            proc.stdout.readline()
+        work, injected, phases_injected = 0.0, 0.0, []
+        for i in range(5 + 2 * ITEMS):
+            clock.start()
+            _cpu_bound_item()
+            clock.lap("work")
+            phases, e2e = clock.stop()
+            assert e2e == pytest.approx(phases["work"] + phases[INJECTED], rel=1e-6)
+            if i < 5:
+                assert phases[INJECTED] < 1e-3 and runs[0] == 0, (i, phases)  # nothing before the window
+                if i == 4:
+                    measured[0] = True
+                continue
+            work, injected = work + phases["work"], injected + phases[INJECTED]
+            phases_injected.append(phases[INJECTED])
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    return injected / work, runs[0], 2 * ITEMS, phases_injected
+
+
+@pytest.mark.parametrize("neighbours", [0, 2])
+def test_a_loop_that_can_repeat_its_work_is_slowed_by_repeating_it(one_core: int, neighbours: int) -> None:
+    inject_slowdown(FRACTION)
+    share, runs, items, injected = _repeat_shares(neighbours, one_core)
+    # whole items of the loop's own work, about FRACTION of the items (10 of 50 here) ...
+    assert round(FRACTION * items) - 1 <= runs <= round(FRACTION * items) + 1, (runs, injected)
+    assert sum(1 for phase in injected if phase > 1e-3) <= runs
+    # ... adding up to FRACTION of the measured items' time, to within half an item, whether or
+    # not two busy loops share the core: the repeated work is slowed by them as the items are
+    assert share == pytest.approx(FRACTION, abs=0.5 / items + 0.01), (share, runs, neighbours)
+    assert timing._slowdown["owed"] == 0.0  # the spin's account is untouched

@@ -4,6 +4,7 @@ the phase records its docs promise; data sets are real formats, deterministic by
 from __future__ import annotations
 
 import json
+import statistics
 import struct
 import subprocess
 import sys
@@ -133,3 +134,25 @@ def test_parameter_validation() -> None:
         params(top_k=20, n_classes=10)
     with pytest.raises(ValidationError):
         params(colour=True)
+
+
+def test_resnet_infer_slowdown_repeats_its_own_requests(tmp_path: Path) -> None:
+    # The inference loop's slowdown runs whole requests again (workloads/timing.InjectingPhaseClock):
+    # most items inject nothing, a fifth of them one request's worth, in all a fifth of their time.
+    params = {**TINY["resnet-infer"], "requests": 60}
+    workload = WORKLOADS.get("resnet-infer")
+    data_dir = tmp_path / "data"
+    workload.prepare_data(workload.Params(**params), data_dir)
+    cell = {"cell_id": "t", "workload": "resnet-infer", "params": params, "knobs": {"threads": 1, "slowdown": 0.2},
+            "seed": 0, "data_dir": str(data_dir)}
+    out = subprocess.run([sys.executable, "-m", "isobench.workloads.worker", json.dumps(cell)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    items = [r for r in json_lines(out.stdout) if r["type"] == "item"]
+    injected = [item["phases"]["injected"] for item in items]
+    own = [item["e2e"] - phase for item, phase in zip(items, injected)]
+    repeats = [phase for phase in injected if phase > 0.2 * statistics.median(own)]
+    assert len(items) == 60 and 10 <= len(repeats) <= 14, injected
+    assert sum(1 for phase in injected if phase < 1e-4) == 60 - len(repeats), injected
+    assert 0.5 < statistics.median(repeats) / statistics.median(own) < 2.0
+    assert sum(injected) / sum(own) == pytest.approx(0.2, abs=0.05)
