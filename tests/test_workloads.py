@@ -156,3 +156,23 @@ def test_resnet_infer_slowdown_repeats_its_own_requests(tmp_path: Path) -> None:
     assert sum(1 for phase in injected if phase < 1e-4) == 60 - len(repeats), injected
     assert 0.5 < statistics.median(repeats) / statistics.median(own) < 2.0
     assert sum(injected) / sum(own) == pytest.approx(0.2, abs=0.05)
+
+
+def test_lenet_train_slowdown_repeats_its_own_steps(tmp_path: Path) -> None:
+    params = {**TINY["lenet-train"], "steps": 60}
+    workload = WORKLOADS.get("lenet-train")
+    data_dir = tmp_path / "data"
+    workload.prepare_data(workload.Params(**params), data_dir)
+    cell = {"cell_id": "t", "workload": "lenet-train", "params": params, "knobs": {"threads": 1, "slowdown": 0.2},
+            "seed": 0, "data_dir": str(data_dir)}
+    out = subprocess.run([sys.executable, "-m", "isobench.workloads.worker", json.dumps(cell)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    items = [r for r in json_lines(out.stdout) if r["type"] == "item"]
+    injected = [item["phases"]["injected"] for item in items]
+    own = [item["e2e"] - phase for item, phase in zip(items, injected)]
+    repeats = [phase for phase in injected if phase > 0.2 * statistics.median(own)]
+    # a repeated step is forward, backward and the optimizer: about one step, not a fifth of one
+    assert len(items) == 60 and 9 <= len(repeats) <= 15, injected
+    assert sum(1 for phase in injected if phase < 1e-4) == 60 - len(repeats), injected
+    assert sum(injected) / sum(own) == pytest.approx(0.2, abs=0.05)

@@ -115,8 +115,8 @@ def size_resolved(log_ratio: float, half_width: float | None, margin: float) -> 
     from the ratio than the equivalence margin, or than ``SIZE_SHARE`` of the effect itself.
     Without it a direction stops the moment its interval first clears 1, often at the first look
     (6 pairs), with its size stated to ±3% or worse; the report states the size, so the stop waits
-    for it. (It does not correct a bias: the injected 3% on resnet-infer still read 1.075x at six
-    pairs inside ±2%, an excess the knob's own process carries; docs/statistics.md.)"""
+    for it. It does not correct a bias (a spun 3% on resnet-infer read 1.075x inside ±2%, the
+    spinning process's own excess, before the loops repeated their work; docs/statistics.md)."""
     if half_width is None:
         return False
     return half_width <= math.log1p(max(margin, SIZE_SHARE * abs(math.expm1(log_ratio))))

@@ -64,8 +64,8 @@ def inject_slowdown(fraction: float, phases: str | None = None) -> None:
     "the optimizer step slower" this way). The host clock only: the CUDA-event clock refuses it, and
     a script's steps (api.py) keep the item-end injection.
 
-    A loop that can run one of its items again (the inference loop, ``phase_clock(mode, repeat)``)
-    is slowed by repeating its own work instead of spinning: see :class:`InjectingPhaseClock`."""
+    A loop that can run one of its items again (the inference and training loops,
+    ``phase_clock(mode, repeat)``) is slowed by repeating its own work instead of spinning: see :class:`InjectingPhaseClock`."""
     names = frozenset(p.strip() for p in (phases or "").split(",") if p.strip())
     _slowdown.update(fraction=fraction, owed=0.0, phases=names)
 

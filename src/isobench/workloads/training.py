@@ -173,7 +173,15 @@ def _loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, optim
           forward: Callable[[Any], tuple[Any, Any]], read_out: Callable[[Any, Any, Any], dict[str, float]],
           model: Any, scratch: Scratch | None) -> None:
     mode = timing_mode(params.sync_timing, device.type)
-    clock = phase_clock(mode)
+    batch: Any = None
+
+    def one_more_step() -> None:  # a slowdown repeats the loop's own work (timing.InjectingPhaseClock)
+        loss, _ = forward(batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    clock = phase_clock(mode, one_more_step, lambda: ctx.measured_s() > 0)
     steps_per_epoch = len(loader)
     log: dict[str, float] = {}
     step = epochs_done = in_epoch = 0
