@@ -150,7 +150,7 @@ def test_resnet_infer_slowdown_repeats_its_own_requests(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     items = [r for r in json_lines(out.stdout) if r["type"] == "item"]
     injected = [item["phases"]["injected"] for item in items]
-    own = [item["e2e"] - phase for item, phase in zip(items, injected)]
+    own = [item["e2e"] - phase for item, phase in zip(items, injected, strict=True)]
     repeats = [phase for phase in injected if phase > 0.2 * statistics.median(own)]
     assert len(items) == 60 and 10 <= len(repeats) <= 14, injected
     assert sum(1 for phase in injected if phase < 1e-4) == 60 - len(repeats), injected
@@ -170,7 +170,7 @@ def test_lenet_train_slowdown_repeats_its_own_steps(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     items = [r for r in json_lines(out.stdout) if r["type"] == "item"]
     injected = [item["phases"]["injected"] for item in items]
-    own = [item["e2e"] - phase for item, phase in zip(items, injected)]
+    own = [item["e2e"] - phase for item, phase in zip(items, injected, strict=True)]
     repeats = [phase for phase in injected if phase > 0.2 * statistics.median(own)]
     # a repeated step is forward, backward and the optimizer: about one step, not a fifth of one
     assert len(items) == 60 and 9 <= len(repeats) <= 15, injected
