@@ -76,13 +76,17 @@ def test_the_injected_arm_is_the_baseline_plus_the_injection_and_nothing_else(qu
     assert {k: v for k, v in injected.items() if k not in ("label", "knobs")} == \
         {k: v for k, v in base.items() if k not in ("label", "knobs")}
     assert study["baseline"] == "baremetal" and study["aa"] is False
-    # everything but the workloads, platforms, A/A and (at toy size) repetitions is the study's own
-    same = {k: v for k, v in study.items() if k not in ("workloads", "platforms", "aa", "baseline", "repetitions")}
+    # everything but the workloads, platforms, A/A, (at toy size) repetitions and the adaptive
+    # metric (the checked phase's) is the study's own
+    same = {k: v for k, v in study.items()
+            if k not in ("workloads", "platforms", "aa", "baseline", "repetitions", "adaptive")}
     assert same == {k: v for k, v in data.items() if k in same}
     if quick:
         assert study["repetitions"] >= power.QUICK_REPETITIONS
     else:
         assert study["repetitions"] == data["repetitions"]
+    if study["repetitions"] == "auto":
+        assert study["adaptive"] == {**data["adaptive"], "metric": "phase.optimizer"}
     # the study it makes is one isobench accepts
     from isobench.studyfile import load_study_text
 
@@ -188,3 +192,22 @@ def test_the_page_and_the_records_carry_the_power_table(tmp_path: Path) -> None:
     power.print_power(run.power, console, "power")
     shown = console.export_text()
     assert "6.703× in optimizer" in shown and "seen" in shown
+
+
+def test_a_power_run_goes_on_until_the_checked_phase_has_its_verdict() -> None:
+    # F22 reads the preprocessing phase, 6% of a request: stopping on e2e's "equivalent" left the
+    # injected 4% in that phase inside six pairs' noise (read 1.002x, 2026-11-28)
+    paper = load_findings("siddaramanna-john")
+    plan = _plans("siddaramanna-john")[("F22", "preprocessing, Docker with the data on overlay / bare metal")]
+    check = next(c for f in paper.findings for c in f.checks if c.what == plan.what)
+    data = yaml.safe_load(study_text(paper, plan.study, False, None))
+    assert data["repetitions"] == "auto" and (data.get("adaptive") or {}).get("metric", "e2e") == "e2e"
+    study = power.power_study(data, plan, check, False)
+    assert study["adaptive"] == {**data["adaptive"], "metric": "phase.preprocess"}
+    from isobench.studyfile import load_study_text
+
+    assert load_study_text(yaml.safe_dump(study), "power", check_host=False).adaptive.metric == "phase.preprocess"
+    # an e2e check keeps the study's own rounds
+    e2e_plan = _plans("siddaramanna-john")[("F21", "ResNet-18 inference, Docker / bare metal")]
+    e2e_check = next(c for f in paper.findings for c in f.checks if c.what == e2e_plan.what)
+    assert power.power_study(data, e2e_plan, e2e_check, False).get("adaptive") == data.get("adaptive")
