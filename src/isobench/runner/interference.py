@@ -11,7 +11,8 @@ Two snapshots bracket the cell's measured window (the worker's ``run_start`` rec
   window) where the kernel has schedstats; otherwise (as on these VMs) host-wide, from
   ``procs_running`` in ``/proc/stat`` sampled every 50 ms over the window, per core.
 
-The cell's own CPU time over the window (``cpuacct.usage``) divided by its items is the
+The cell's own CPU time over the window (``cpuacct.usage``; on pure cgroup v2, ``usage_usec`` of
+``cpu.stat``) divided by its items is the
 ``cpu.per_item`` metric: CPU seconds per item, beside wall seconds per item. A cell whose
 cores lost more than the study's ``contamination_threshold`` of their time to steal or to
 other tasks is flagged contaminated; the runner may re-run it (runner/study.py), unless both
@@ -97,7 +98,7 @@ _LAST_READ_LOCK = threading.Lock()
 def _cell_cpu(cgroups: dict[str, Path]) -> tuple[int | None, list[int]]:
     directory = cgroups.get("cpuacct")
     if directory is None:
-        return None, []
+        return _cell_cpu_v2(cgroups.get("unified")), []
     try:
         total = int((directory / "cpuacct.usage").read_text())
         percpu = [int(v) for v in (directory / "cpuacct.usage_percpu").read_text().split()]
@@ -111,6 +112,21 @@ def _cell_cpu(cgroups: dict[str, Path]) -> tuple[int | None, list[int]]:
         while len(_LAST_READ) > _LAST_READ_KEPT:
             _LAST_READ.popitem(last=False)
     return total, percpu
+
+
+def _cell_cpu_v2(directory: Path | None) -> int | None:
+    """The cell's CPU ns so far from a cgroup v2 group of its own (``cpu.stat``'s ``usage_usec``,
+    kept by every v2 group, controllers or not), where there is no v1 ``cpuacct``: a host on pure
+    cgroup v2 (the lent GPU machines) then has ``cpu.per_item`` too. v2 keeps no per-core split,
+    so such a cell has no ``other`` CPU time. The hierarchy's root (no ``cgroup.type``) is the
+    whole host's, never a cell's."""
+    if directory is None or not (directory / "cgroup.type").exists():
+        return None
+    try:
+        fields = dict(line.split() for line in (directory / "cpu.stat").read_text().splitlines() if " " in line)
+        return int(fields["usage_usec"]) * 1000
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _throttled_ns(cgroups: dict[str, Path]) -> int | None:
@@ -179,7 +195,7 @@ def account(start: Snapshot, end: Snapshot, cores: list[int], items: int,
         result["cell_cpu_s"] = cell_cpu
         if items:
             result["cpu_per_item_s"] = cell_cpu / items
-        if len(start.cell_percpu_ns) == len(end.cell_percpu_ns):
+        if start.cell_percpu_ns and len(start.cell_percpu_ns) == len(end.cell_percpu_ns):
             on_cores = sum(end.cell_percpu_ns[c] - start.cell_percpu_ns[c]
                            for c in cores if c < len(end.cell_percpu_ns)) / 1e9
             if start.peer_percpu_ns and len(start.peer_percpu_ns) == len(end.peer_percpu_ns):
