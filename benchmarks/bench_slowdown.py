@@ -1,6 +1,7 @@
 """Is a known effect seen, quiet or beside a neighbour? The default study's configuration, bare
-metal against bare metal with the `slowdown` knob injecting 3% (or --slowdown) of extra CPU work
-into every timed item (a spin on its thread for 3% of the item's own wall time).
+metal against bare metal with the `slowdown` knob making every timed item 3% (or --slowdown)
+longer (the inference and training loops repeat about 3% of their own items; other loops spin on
+their thread for 3% of each item's own wall time).
 
 The target: for every workload the ratio's 95% CI excludes 1 and contains 1 + slowdown, with
 or without a neighbour.
