@@ -80,7 +80,8 @@ class Knobs(BaseModel):
     #: an injected effect, to check on any host that a cost of this size is seen (workloads/timing.py)
     slowdown: float | None = Field(None, ge=0, le=10, description="make each timed item this fraction longer "
                                    "(0.03: 3% slower) with extra work on its thread: the inference and "
-                                   "training loops run their own work again, other loops spin; any platform")
+                                   "training loops sized in seconds run their own work again, other loops "
+                                   "spin; any platform")
     slowdown_phases: str | None = Field(None, description="with slowdown: put it inside these phases "
                                         "(comma-separated, e.g. 'optimizer'), each this fraction longer, "
                                         "instead of at the item's end; the host clock only")

@@ -61,7 +61,8 @@ def infer_loop(ctx: CellContext, params: InferParams, device: Any, preprocess: C
     def one_more_item() -> None:  # a slowdown repeats the loop's own work (timing.InjectingPhaseClock)
         postprocess(infer(preprocess(index)))
 
-    clock = phase_clock(mode, one_more_item, lambda: ctx.measured_s() > 0)
+    # cells sized in seconds repeat their work for a slowdown; a fixed few items spin (timing.py)
+    clock = phase_clock(mode, one_more_item if params.min_seconds > 0 else None, lambda: ctx.measured_s() > 0)
     answers = 0
     ctx.start_run(rolling=params.min_seconds > 0)
     with torch.inference_mode():

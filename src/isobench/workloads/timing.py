@@ -12,6 +12,7 @@ is synchronous already, so the request is a no-op there; the mode in force is re
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -196,7 +197,10 @@ class InjectingPhaseClock(PhaseClock):
     slowdown repeats that work instead of spinning: each measured item owes ``fraction`` of its
     own wall time, and once the debt reaches half an item the loop's work runs again, its wall
     time paid off the debt, so a cell's injected time is ``fraction`` of its items' time to within
-    half an item, in whole items of the same work. A spin was not a neutral stand-in on
+    an item, in whole items of the same work, and exactly that on average (the debt starts at a
+    uniform draw within half an item either side). The loops give ``repeat`` only to cells sized
+    in seconds (``min_seconds``), which have hundreds of items; a cell of a fixed few items spins,
+    as whole repeats cannot make 3% of 20 items. A spin was not a neutral stand-in on
     resnet-infer: the forward passes of a process that spun 3% after each item ran 1-2% slower
     themselves (the injected phase exactly 3.00%, the entry 1.045-1.075x), where a process that
     repeated its items did not (inference phase 0.98-1.00x of its pair; two 14- and 20-pair duet
@@ -204,7 +208,7 @@ class InjectingPhaseClock(PhaseClock):
     ``measuring()`` first says yes (the measured window: no warm-up or start-line item carries a
     debt into it) and nothing is injected before, since those items are never read."""
 
-    __slots__ = ("_faults", "_fraction", "_measuring", "_owed", "_phases", "_repeat", "_syscalls")
+    __slots__ = ("_faults", "_fraction", "_measuring", "_owed", "_phases", "_repeat", "_started", "_syscalls")
 
     def __init__(self, mode: str = CLOCK, repeat: Callable[[], object] | None = None,
                  measuring: Callable[[], bool] | None = None) -> None:
@@ -215,6 +219,7 @@ class InjectingPhaseClock(PhaseClock):
         self._repeat = repeat if self._fraction and not self._phases else None
         self._measuring = measuring
         self._owed = 0.0
+        self._started = False
 
     def lap(self, name: str) -> None:
         if name not in self._phases:
@@ -245,6 +250,11 @@ class InjectingPhaseClock(PhaseClock):
         """Run the loop's work again while half an item or more is owed; return when it ended."""
         if self._measuring is not None and not self._measuring():
             return began
+        if not self._started:
+            # a uniform start within half an item either side: the cell's whole repeats are then
+            # its items' fraction on average, however few items it has (from 0 they round)
+            self._started = True
+            self._owed = (random.random() - 0.5) * item
         self._owed += self._fraction * item
         while self._owed >= 0.5 * item:
             self._repeat()  # type: ignore[misc]  # set whenever this is called

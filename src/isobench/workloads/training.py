@@ -181,7 +181,8 @@ def _loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, optim
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    clock = phase_clock(mode, one_more_step, lambda: ctx.measured_s() > 0)
+    # cells sized in seconds repeat their work for a slowdown; a fixed few items spin (timing.py)
+    clock = phase_clock(mode, one_more_step if params.min_seconds > 0 else None, lambda: ctx.measured_s() > 0)
     steps_per_epoch = len(loader)
     log: dict[str, float] = {}
     step = epochs_done = in_epoch = 0
