@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from isobench.workloads.base import WorkloadParams
-from isobench.workloads.timing import phase_clock, timing_mode
+from isobench.workloads.timing import loop_clock, timing_mode
 
 if TYPE_CHECKING:
     from isobench.workloads.channel import CellContext
@@ -58,11 +58,10 @@ def infer_loop(ctx: CellContext, params: InferParams, device: Any, preprocess: C
     mode = timing_mode(params.sync_timing, device.type)
     index = 0
 
-    def one_more_item() -> None:  # a slowdown repeats the loop's own work (timing.InjectingPhaseClock)
+    def one_more_item() -> None:  # what a slowdown repeats (timing.loop_clock)
         postprocess(infer(preprocess(index)))
 
-    # cells sized in seconds repeat their work for a slowdown; a fixed few items spin (timing.py)
-    clock = phase_clock(mode, one_more_item if params.min_seconds > 0 else None, lambda: ctx.measured_s() > 0)
+    clock = loop_clock(mode, ctx, params.min_seconds, one_more_item)
     answers = 0
     ctx.start_run(rolling=params.min_seconds > 0)
     with torch.inference_mode():

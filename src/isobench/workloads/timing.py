@@ -239,18 +239,17 @@ class InjectingPhaseClock(PhaseClock):
                 make_mechanisms(self._syscalls, self._faults)
                 began = self._clock()
             if self._repeat is not None:
-                marks.append((INJECTED, self._repeat_owed(last - self._start, began)))
-                return super().stop()
-            ended = spend_wall(self._fraction * (last - self._start), began) if spin else began
+                ended = self._repeat_owed(last - self._start, began)
+            else:
+                ended = spend_wall(self._fraction * (last - self._start), began) if spin else began
             marks.append((INJECTED, ended))
         return super().stop()
 
-
     def _repeat_owed(self, item: float, began: float) -> float:
         """Run the loop's work again while half an item or more is owed; return when it ended."""
-        if self._measuring is not None and not self._measuring():
-            return began
         if not self._started:
+            if self._measuring is not None and not self._measuring():
+                return began
             # a uniform start within half an item either side: the cell's whole repeats are then
             # its items' fraction on average, however few items it has (from 0 they round)
             self._started = True
@@ -322,6 +321,13 @@ def phase_clock(mode: str, repeat: Callable[[], object] | None = None,
         return CudaEventClock()
     injecting = _slowdown["fraction"] or _mechanisms["syscalls"] or _mechanisms["faults"]
     return InjectingPhaseClock(mode, repeat, measuring) if injecting else PhaseClock(mode)
+
+
+def loop_clock(mode: str, ctx: Any, min_seconds: float, repeat: Callable[[], object]) -> PhaseClock:
+    """The item clock of a model loop (inference, training) that can run ``repeat``, one more
+    item's worth of its own work, for a slowdown. Only a cell sized in seconds repeats: a fixed
+    few items cannot hold 3% of themselves in whole repeats, and spin (InjectingPhaseClock)."""
+    return phase_clock(mode, repeat if min_seconds > 0 else None, lambda: ctx.measured_s() > 0)
 
 
 def resolve_device(requested: str) -> Any:

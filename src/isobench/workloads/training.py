@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, field_validator
 
 from isobench.workloads.base import WorkloadParams
-from isobench.workloads.timing import phase_clock, timing_mode
+from isobench.workloads.timing import loop_clock, timing_mode
 
 if TYPE_CHECKING:
     from isobench.workloads.channel import CellContext
@@ -175,14 +175,13 @@ def _loop(ctx: CellContext, params: TrainParams, loader: Any, device: Any, optim
     mode = timing_mode(params.sync_timing, device.type)
     batch: Any = None
 
-    def one_more_step() -> None:  # a slowdown repeats the loop's own work (timing.InjectingPhaseClock)
+    def one_more_step() -> None:  # what a slowdown repeats (timing.loop_clock)
         loss, _ = forward(batch)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    # cells sized in seconds repeat their work for a slowdown; a fixed few items spin (timing.py)
-    clock = phase_clock(mode, one_more_step if params.min_seconds > 0 else None, lambda: ctx.measured_s() > 0)
+    clock = loop_clock(mode, ctx, params.min_seconds, one_more_step)
     steps_per_epoch = len(loader)
     log: dict[str, float] = {}
     step = epochs_done = in_epoch = 0
