@@ -7,7 +7,10 @@ Runs, as a new user would (the CLI, no design field written):
 * ``loaded``: the same study with a bounded busy loop at about half a core beside it, started and
   stopped here;
 * ``script``: ``isobench run --script examples/train_mlp.py`` (bare metal vs Docker);
-* ``demo``: the default study (``isobench run``).
+* ``demo``: the default study (``isobench run``);
+* ``script-slowdown`` and ``script-slowdown-loaded`` (not run by default): a study of the same
+  script (bare metal, bare metal with ``slowdown: 0.03``, Docker), quiet and beside the busy loop:
+  a script's steps cannot be run again, so its injection spins, and this checks that it reads 1.03.
 
 and prints one table: each A/A floor, the slowdown's ratio and 95% CI, Docker's verdict, the
 study's time, with the load average and steal time of each run, against the issue's targets.
@@ -36,8 +39,12 @@ MINIMAL = {"name": "mine", "workloads": [{"name": "resnet-infer"}, {"name": "len
            "platforms": [{"name": "baremetal"}, {"name": "baremetal", "label": "slow3", "knobs": {"slowdown": 0.03}},
                          {"name": "docker"}],
            "baseline": "baremetal"}
+SCRIPT_SLOWDOWN = {"name": "script-slowdown",
+                   "workloads": [{"name": "script", "params": {"path": str(ROOT / "examples" / "train_mlp.py")}}],
+                   "platforms": MINIMAL["platforms"], "baseline": "baremetal"}
 #: the issue's targets: (A/A floor, study minutes) per part
-TARGETS = {"quiet": (0.02, 10.0), "loaded": (0.03, None), "script": (0.02, 5.0), "demo": (0.015, 8.0)}
+TARGETS = {"quiet": (0.02, 10.0), "loaded": (0.03, None), "script": (0.02, 5.0), "demo": (0.015, 8.0),
+           "script-slowdown": (0.02, None), "script-slowdown-loaded": (0.03, None)}
 
 
 def _steal_and_total() -> tuple[int, int]:
@@ -62,11 +69,12 @@ def run_part(name: str, args: argparse.Namespace, work: Path) -> dict:
     elif name == "demo":
         command = [*ISOBENCH, "run", "--out", str(out), "--json"]
     else:
-        study = work / "mine.yaml"
-        study.write_text(yaml.safe_dump(MINIMAL, sort_keys=False))
+        study = work / ("script-slowdown.yaml" if name.startswith("script-slowdown") else "mine.yaml")
+        study.write_text(yaml.safe_dump(SCRIPT_SLOWDOWN if name.startswith("script-slowdown") else MINIMAL,
+                                        sort_keys=False))
         command = [*ISOBENCH, "run", str(study), "--out", str(out), "--json"]
     neighbour = None
-    if name == "loaded":
+    if name.endswith("loaded"):
         neighbour = multiprocessing.Process(target=_busy_half_core, args=(args.max_minutes * 60,), daemon=True)
         neighbour.start()
     load = os.getloadavg()[0]
@@ -109,8 +117,8 @@ def report(part: dict) -> list[str]:
         elif label == "slow3":
             contains = record["ci_low"] <= 1.03 <= record["ci_high"]
             excludes = record["ci_low"] > 1.0
-            lines.append(f"  {workload} slowdown 0.03 reads {_ci(record)}: contains 1.03 {contains}, "
-                         f"excludes 1 {excludes}")
+            lines.append(f"  {workload} slowdown 0.03 reads {_ci(record)} after {record.get('n')} pairs: "
+                         f"contains 1.03 {contains}, excludes 1 {excludes}")
         else:
             lines.append(f"  {workload} {label}: {record['verdict']} {_ci(record)}"
                          + (f" — {record['verdict_reason']}" if record.get("verdict_reason") else ""))
@@ -119,7 +127,7 @@ def report(part: dict) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="quiet,loaded,script", help="comma-separated: quiet, loaded, script, demo")
+    parser.add_argument("--parts", default="quiet,loaded,script", help="comma-separated: " + ", ".join(TARGETS))
     parser.add_argument("--max-minutes", type=float, default=25, help="a part that runs longer is stopped")
     parser.add_argument("--keep", type=Path, default=None, help="keep each part's results under this directory")
     args = parser.parse_args()
