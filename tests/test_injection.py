@@ -273,8 +273,13 @@ def _repeat_shares(neighbours: int, core: int) -> tuple[float, int, int, list[fl
 def test_a_loop_that_can_repeat_its_work_is_slowed_by_repeating_it(one_core: int, neighbours: int) -> None:
     inject_slowdown(FRACTION)
     share, runs, items, injected = _repeat_shares(neighbours, one_core)
-    # whole items of the loop's own work, about FRACTION of the items (10 of 50 here) ...
-    assert round(FRACTION * items) - 1 <= runs <= round(FRACTION * items) + 1, (runs, injected)
+    # whole items of the loop's own work, about FRACTION of the items (10 of 50 here): exactly so
+    # alone; beside busy loops the debt follows each item's and each repeat's wall time, which the
+    # time slices make uneven (12 repeats for 50 items once in CI), so there the count is held to a
+    # quarter either side and the time share below is the exact check ...
+    expected = round(FRACTION * items)
+    slack = 1 if neighbours == 0 else max(1, round(0.25 * expected))
+    assert expected - slack <= runs <= expected + slack, (runs, injected)
     assert sum(1 for phase in injected if phase > 1e-3) <= runs
     # ... adding up to FRACTION of the measured items' time, to within an item (the debt starts
     # within half an item either side and ends so), whether or not two busy loops share the core:
