@@ -250,12 +250,27 @@ def test_a_comparison_that_stopped_on_pairs_that_happened_to_agree_gets_the_aas_
     slow = _duet("slow3", 1.006, 0.013, 6)
     noisy = _duet("gvisor", 1.30, 0.09, 6)  # spreads more than the A/A: its own spread stands
     other = _duet("slow3", 1.006, 0.013, 6, workload="lenet-train")  # no A/A of its workload
-    crossed = _duet("docker", 1.0, 0.013, 6, method="duet-crossover")  # paired another way than the A/A
-    before = {id(c): (c.se, c.ci_low, c.ci_high) for c in (aa, noisy, other, crossed)}
-    pool_spread_with_aa([aa, slow, noisy, other, crossed])
+    rounds = _duet("docker", 1.0, 0.013, 6, method="paired-log")  # paired by round: other pairs than the A/A's
+    before = {id(c): (c.se, c.ci_low, c.ci_high) for c in (aa, noisy, other, rounds)}
+    pool_spread_with_aa([aa, slow, noisy, other, rounds])
     assert slow.se == pytest.approx(0.053 / math.sqrt(6)) and slow.df == 23.0
     assert slow.ci_low < 1.0 < 1.03 < slow.ci_high, (slow.ci_low, slow.ci_high)  # the 3% is inside now
     assert "A/A's 5.3% over 24 pairs" in slow.method_reason
     judge(slow)
     assert slow.verdict == "inconclusive"  # no longer "equivalent" within ±2%
-    assert all(before[id(c)] == (c.se, c.ci_low, c.ci_high) for c in (aa, noisy, other, crossed))
+    assert all(before[id(c)] == (c.se, c.ci_low, c.ci_high) for c in (aa, noisy, other, rounds))
+
+
+def test_duet_pairs_read_plainly_are_bounded_by_an_aa_read_as_a_crossover() -> None:
+    """The loaded benchmark (b42): the A/A's 8 duet pairs, read as a crossover, spread 1.6%; the
+    injected 3%'s 8, read plainly, spread 0.8% and read 1.018 (1.011-1.024), excluding the 3%.
+    Both read duet pairs, so the A/A's spread bounds it; and the other way round."""
+    aa = _duet("aa", 1.000, 0.016, 8, aa=True, method="duet-crossover")
+    slow = _duet("slow3", 1.018, 0.008, 8)
+    pool_spread_with_aa([aa, slow])
+    assert slow.se == pytest.approx(0.016 / math.sqrt(8))
+    assert slow.ci_low < 1.03 < slow.ci_high and slow.ci_low > 1.0, (slow.ci_low, slow.ci_high)
+    plain_aa = _duet("aa", 1.000, 0.016, 8, aa=True)
+    crossed = _duet("docker", 1.0, 0.008, 6, method="duet-crossover")
+    pool_spread_with_aa([plain_aa, crossed])
+    assert crossed.se == pytest.approx(0.016 / math.sqrt(6))
