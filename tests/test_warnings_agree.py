@@ -52,16 +52,18 @@ def _outcome(cell, per_item: float, info: dict | None = None) -> CellOutcome:  #
                        platform_info=info or {})
 
 
-def _duet_store(path: Path, shared_sd: float, own_sd: float, seed: int) -> Store:
+def _duet_store(path: Path, shared_sd: float, own_sd: float, seed: int, jumps: dict[int, float] | None = None,
+                own_jumps: dict[int, float] | None = None) -> Store:
     """Duet pairs (as the runner records them): each round moves both members of a pair by a
-    shared factor (``shared_sd`` on logs), and each member by its own (``own_sd``)."""
+    shared factor (``shared_sd`` on logs, times ``jumps[rep]`` where given), and each member by
+    its own (``own_sd``; the compared member of round ``r`` also by ``own_jumps[r]``)."""
     study = load_study_text(STUDY, "s.yaml", check_host=False)
     store = Store.create(path, STUDY, study.name, "s.yaml", {"cores": 2})
     rng = random.Random(seed)
     cells = expand(study)
     for rep in range(8):
         for other, effect in (("aa", 1.0), ("docker", 1.05)):
-            shared = math.exp(rng.gauss(0, shared_sd))
+            shared = math.exp(rng.gauss(0, shared_sd)) * (jumps or {}).get(rep, 1.0)
             base = next(c for c in cells if c.rep == rep and c.platform_key == "baremetal")
             mine = next(c for c in cells if c.rep == rep and c.platform_key == other)
             pair = f"r{rep}:{other}"
@@ -69,7 +71,7 @@ def _duet_store(path: Path, shared_sd: float, own_sd: float, seed: int) -> Store
             info = {"duet": {"pair": pair, "side": rep % 2, "partner": other, "overlap": 1.0}}
             assert store.record(_outcome(base, 0.01 * shared * math.exp(rng.gauss(0, own_sd)), info), "baremetal")
             info = {"duet": {"pair": pair, "side": 1 - rep % 2, "partner": "baremetal", "overlap": 1.0}}
-            value = 0.01 * shared * effect * math.exp(rng.gauss(0, own_sd))
+            value = 0.01 * shared * effect * math.exp(rng.gauss(0, own_sd)) * (own_jumps or {}).get(rep, 1.0)
             assert store.record(_outcome(mine, value, info), other)
     return store
 
@@ -99,6 +101,26 @@ def test_pairs_that_disagree_are_named_with_the_noise_their_method_saw(tmp_path:
     assert "per-pair log ratios" in text and "per side" in text
     assert any(words in text for words in PAIRED_WORDS.values())
     assert "between repetitions" not in text  # no paired group is judged by its raw spread
+
+
+def test_a_round_both_members_of_each_pair_ran_fast_in_is_no_outlier_to_the_pairs(tmp_path: Path) -> None:
+    """The loaded benchmark named rounds 0 and 1 outliers ("something else ran then") in groups
+    that only duet pairs read, beside an A/A of ±1.4%: both sides of each pair had moved alike."""
+    store = _duet_store(tmp_path, shared_sd=0.0, own_sd=0.003, seed=4, jumps={0: 0.8, 1: 1.3})
+    groups, comparisons = load_groups(store), compare(store)
+    found = [w.text for w in study_warnings({"cores": 2}, groups, comparisons, 0, "baremetal", at_once=2)
+             if w.kind == "outlier"]
+    assert found == []
+    # the same rounds, each side run alone and compared unpaired, are outliers to the comparison
+    unpaired = [dataclasses.replace(c, method=METHOD, se=None) for c in comparisons]
+    found = [w.text for w in study_warnings({"cores": 2}, groups, unpaired, 0, "baremetal", at_once=2)
+             if w.kind == "outlier"]
+    assert any("repetition 1 is an outlier" in text for text in found), found
+    # one member of one duet pair ran 1.4x slow: that pair is named, by its round
+    lopsided = _duet_store(tmp_path / "lopsided", shared_sd=0.0, own_sd=0.003, seed=4, own_jumps={5: 1.4})
+    found = [w.text for w in study_warnings({"cores": 2}, load_groups(lopsided), compare(lopsided), 0, "baremetal",
+                                            at_once=2) if w.kind == "outlier"]
+    assert len(found) == 2 and all("the pair in round 5 is an outlier" in text for text in found), found
 
 
 def test_an_unpaired_comparison_is_judged_by_its_groups_own_spread(tmp_path: Path) -> None:

@@ -75,6 +75,8 @@ class Blocked:
     #: the values each side contributed (a duet baseline: only the partner-matched cells)
     sample: list[float]
     reference: list[float]
+    #: a paired method's round of each pair, aligned with ``sample`` and ``reference`` (empty: unpaired)
+    pair_reps: tuple[int | None, ...] = ()
 
 
 def _correlation(pairs: list[tuple[float, float]]) -> float | None:
@@ -120,6 +122,8 @@ class DuetPlan:
     pairs: tuple[tuple[int, int], ...] = ()
     #: the compared cell's side per pair (None: unknown, no crossover)
     sides: tuple[str | None, ...] = ()
+    #: the round each pair ran in (None where the cells carry none)
+    reps: tuple[int | None, ...] = ()
 
 
 def plan_duet(sample: list[Any], reference: list[Any], label: str) -> DuetPlan:
@@ -144,7 +148,8 @@ def plan_duet(sample: list[Any], reference: list[Any], label: str) -> DuetPlan:
         return DuetPlan(label, partners, f"only {len(keys)} duet pair(s), fewer than {MIN_PAIRS}: unpaired (Welch)")
     return DuetPlan(label, partners, pairs=tuple((mine[k][0], theirs[k][0]) for k in keys),
                     sides=tuple(None if sample[mine[k][0]].side is None else str(sample[mine[k][0]].side)
-                                for k in keys))
+                                for k in keys),
+                    reps=tuple(getattr(sample[mine[k][0]], "rep", None) for k in keys))
 
 
 def duet_estimate(plan: DuetPlan, sample: list[float], reference: list[float]) -> Blocked:
@@ -168,9 +173,9 @@ def duet_estimate(plan: DuetPlan, sample: list[float], reference: list[float]) -
                            f"{len(pairs)} duet pairs as a crossover: the two cores' speeds differed by "
                            f"{math.exp(abs(crossover[1])) - 1:.1%}, removed by the side swaps; "
                            f"SE {_se(crossover[0].se)} vs {_se(est.se)} paired alone", crossover[0].se, unpaired,
-                           *values)
+                           *values, plan.reps)
         said += f"; as a crossover by side SE {_se(crossover[0].se)} (no steady core difference to remove)"
-    return Blocked(est, DUET_METHOD, said, est.se, unpaired, *values)
+    return Blocked(est, DUET_METHOD, said, est.se, unpaired, *values, plan.reps)
 
 
 def _duet(sample: list[Point], reference: list[Point], label: str) -> Blocked:
@@ -233,7 +238,7 @@ def _rounds(sample: list[Point], reference: list[Point]) -> Blocked:
     if paired.se is not None and welch.se is not None and paired.se < welch.se:
         return Blocked(paired, PAIRED_METHOD, f"paired by round: SE {_se(paired.se)} vs {_se(welch.se)} unpaired "
                                               f"(within-round correlation {corr}){unused}",
-                       paired.se, welch.se, [a for a, _ in pairs], [b for _, b in pairs])
+                       paired.se, welch.se, [a for a, _ in pairs], [b for _, b in pairs], tuple(sorted(span)))
     return Blocked(welch, METHOD, f"pairing by round does not help: SE {_se(paired.se)} paired vs "
                                   f"{_se(welch.se)} unpaired (within-round correlation {corr}): unpaired (Welch)",
                    paired.se, welch.se, [p.value for p in sample], [p.value for p in reference])

@@ -9,6 +9,7 @@ from typing import Any
 
 from isobench.analysis import evidence as ev
 from isobench.analysis import hostload
+from isobench.analysis.blocked import estimate
 from isobench.analysis.compare import Comparison
 from isobench.analysis.contamination import contamination_text
 from isobench.analysis.groups import Group
@@ -117,8 +118,12 @@ def study_warnings(host: dict[str, Any], groups: list[Group], comparisons: list[
     # A study over several hosts: each warning names the host it is about.
     multi = len({g.host for g in groups}) > 1
     where = (lambda item: f" on host {item.host}") if multi else (lambda item: "")  # noqa: E731
+    # A group that only paired comparisons read is judged by its pairs' ratios instead: a round that
+    # ran slow or fast on both sides of a pair is what the pairing cancels.
+    paired_only = paired_only_groups(groups, comparisons, baseline_key)
+    found += pair_outlier_warnings(groups, comparisons, baseline_key, where)
     for g in groups:
-        pairs = g.reps.get("e2e", [])
+        pairs = [] if g.key in paired_only else g.reps.get("e2e", [])
         for rep, value, z in outlier_reps(pairs):
             median = statistics.median(v for _, v in pairs)
             found.append(Warning_("outlier", f"{g.workload} on {ev.group_label(g)}{where(g)}: repetition {rep} is an outlier "
@@ -188,6 +193,56 @@ def _groups_of(c: Comparison, groups: list[Group], baseline_key: str) -> list[Gr
     return mine + ([base] if base is not None else [])
 
 
+def pair_outlier_warnings(groups: list[Group], comparisons: list[Comparison], baseline_key: str,
+                          where: Any) -> list[Warning_]:
+    """A pair of a paired e2e comparison whose ratio is far from its other pairs' (robust z, as
+    for repetitions): one side met something the other did not, which the pairing cannot cancel."""
+    found: list[Warning_] = []
+    for c in comparisons:
+        if c.metric != "e2e" or c.emulated or paired_noise(c) is None:
+            continue
+        members = _groups_of(c, groups, baseline_key)
+        if len(members) != 2 or "e2e" not in members[0].points or "e2e" not in members[1].points:
+            continue
+        paired = estimate(members[0].points["e2e"], members[1].points["e2e"], members[0].platform_key)
+        if not paired.pair_reps or min(paired.reference, default=0.0) <= 0:
+            continue
+        ratios = [(k, a / b) for k, (a, b) in enumerate(zip(paired.sample, paired.reference, strict=True))]
+        median = statistics.median(r for _, r in ratios)
+        for k, ratio, z in outlier_reps(ratios):
+            rep = paired.pair_reps[k]
+            found.append(Warning_("outlier", f"{c.workload} on {ev.group_label(members[0])}{where(c)}: the pair in round {rep} is an "
+                                             f"outlier (e2e ratio {ratio:.3f} vs median {median:.3f}, robust z={z:.1f}): "
+                                             "one side met something the other did not, which the pairing cannot "
+                                             "cancel. Check the host, re-run, or add repetitions."))
+    return found
+
+
+def _readers(groups: list[Group], comparisons: list[Comparison],
+             baseline_key: str) -> tuple[set[tuple[str, ...]], dict[tuple[str, ...], str]]:
+    """The groups some paired e2e comparison reads, and those an unpaired one reads (each with
+    the words for the comparison that sees its raw spread)."""
+    paired: set[tuple[str, ...]] = set()
+    unpaired: dict[tuple[str, ...], str] = {}
+    for c in comparisons:
+        if c.metric != "e2e" or c.emulated:
+            continue
+        members = _groups_of(c, groups, baseline_key)
+        if paired_noise(c) is None:
+            for g in members:
+                unpaired.setdefault(g.key, "its unpaired (Welch) comparison")
+        else:
+            paired.update(g.key for g in members)
+    return paired, unpaired
+
+
+def paired_only_groups(groups: list[Group], comparisons: list[Comparison], baseline_key: str) -> set[tuple[str, ...]]:
+    """Groups that only paired comparisons read: their spread between repetitions is no noise to
+    any comparison, so neither it nor one repetition far from the others is warned about."""
+    paired, unpaired = _readers(groups, comparisons, baseline_key)
+    return paired - set(unpaired)
+
+
 def spread_warnings(groups: list[Group], comparisons: list[Comparison], baseline_key: str,
                     where: Any) -> list[Warning_]:
     """Unstable results, judged by the noise each comparison's own method sees. A paired
@@ -196,18 +251,11 @@ def spread_warnings(groups: list[Group], comparisons: list[Comparison], baseline
     unpaired one sees each group's own spread between repetitions, and so does a group that no
     comparison reads."""
     found: list[Warning_] = []
-    paired_groups: set[tuple[str, ...]] = set()
-    unpaired: dict[tuple[str, ...], str] = {}  # group -> the comparison that sees its raw spread
+    paired_groups, unpaired = _readers(groups, comparisons, baseline_key)
     for c in comparisons:
-        if c.metric != "e2e" or c.emulated:
-            continue
         pair_sd = paired_noise(c)
-        members = _groups_of(c, groups, baseline_key)
-        if pair_sd is None:
-            for g in members:
-                unpaired.setdefault(g.key, "its unpaired (Welch) comparison")
+        if c.metric != "e2e" or c.emulated or pair_sd is None:
             continue
-        paired_groups.update(g.key for g in members)
         per_side = pair_sd / math.sqrt(2)
         if per_side > UNSTABLE_SD:
             label = f"{c.workload} on {c.platform}{where(c)}"
