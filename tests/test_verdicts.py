@@ -25,7 +25,7 @@ from isobench.analysis.stats import (
 from isobench.analysis.verdict import decide_verdict, repetitions_needed, within_margin
 from isobench.analysis.warnings import study_warnings
 from isobench.plan import expand
-from isobench.runner.adaptive import look_alpha, spent
+from isobench.runner.adaptive import look_alpha, look_level, spent
 from isobench.runner.execute import CellOutcome
 from isobench.store import Store
 from isobench.studyfile import load_study_text
@@ -318,21 +318,27 @@ def test_spending_keeps_false_stops_near_alpha_where_nominal_looks_do_not() -> N
     often than 5%; the spending rule does not."""
     rng = random.Random(10)
     max_rounds, studies = 15, 400
-    nominal = spending = 0
+    nominal = spending = bonferroni = 0
+    fractions = {r: r / max_rounds for r in range(3, max_rounds + 1)}
     for _ in range(studies):
         a, b = lognormal(max_rounds, 1.0, 0.05, rng), lognormal(max_rounds, 1.0, 0.05, rng)
         looks: list[int] = []
-        hit_nominal = hit_spending = False
+        hit_nominal = hit_spending = hit_bonferroni = False
         for r in range(3, max_rounds + 1):
             looks.append(r)
             est = ratio_ci(a[:r], b[:r])
             args = ("e2e", est.log_ratio, est.se, est.df, est.p_value, 1e-9)  # no equivalence: differences only
             hit_nominal |= decide_verdict(*args) != "inconclusive"
-            hit_spending |= decide_verdict(*args, alpha=look_alpha(r, max_rounds, looks)) != "inconclusive"
+            hit_spending |= decide_verdict(*args, alpha=look_level(looks, fractions)) != "inconclusive"
+            hit_bonferroni |= decide_verdict(*args, alpha=look_alpha(r, max_rounds, looks)) != "inconclusive"
         nominal += hit_nominal
         spending += hit_spending
+        bonferroni += hit_bonferroni
     assert nominal / studies > 0.10
+    # the level that spends each increment exactly, given the nested looks: still near alpha, with
+    # Welch's t at 3 rounds a side; testing at the increment itself (Bonferroni) stops far less often
     assert spending / studies <= 0.07
+    assert bonferroni / studies < spending / studies
 
 
 ADAPTIVE = """
@@ -365,7 +371,8 @@ def test_adaptive_stops_a_comparison_on_its_verdict(tmp_path: Path) -> None:
     # direction needs (the looks at 3 and 4 rounds resolve it, but the report would refuse it there)
     assert states["slow"]["status"] == "verdict" and states["slow"]["verdict"] == "slower"
     assert states["slow"]["reached_at"] == 5
-    assert states["slow"]["alpha"] == pytest.approx(look_alpha(5, 8, [3, 4, 5]))
+    assert states["slow"]["alpha"] == pytest.approx(look_level([3, 4, 5], {3: 3 / 8, 4: 4 / 8, 5: 5 / 8}))
+    assert states["slow"]["alpha"] > 2 * look_alpha(5, 8, [3, 4, 5])  # the nested looks let it spend more
     assert states["noisy"]["status"] == "budget" and states["noisy"]["verdict"] == "inconclusive"
     assert meta["reason"].startswith("the budget of 8 repetitions ran out") and "alpha spending" in meta["reason"]
     assert meta["looks"] == list(range(3, 9))
@@ -397,7 +404,7 @@ def test_a_time_budget_is_the_horizon_each_look_spends_by_the_time_share(tmp_pat
     assert fractions[3] == pytest.approx(9 / 30)
     assert all(t >= r / 24 for r, t in fractions.items())
     assert states["slow"]["status"] == "verdict" and states["slow"]["reached_at"] == 5
-    assert states["slow"]["alpha"] == pytest.approx(spent(fractions[5]) - spent(fractions[4]))
+    assert states["slow"]["alpha"] == pytest.approx(look_level([3, 4, 5], fractions))
     # the noisy comparison runs on (two cells a round) until the time, not the 24 rounds, ends it
     assert meta["reason"].startswith("the time budget ran out") and meta["rounds"] < 24
     assert fractions[meta["rounds"]] > 0.9  # nearly all the alpha spent by the last look
