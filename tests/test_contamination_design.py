@@ -178,10 +178,10 @@ reruns: 1
 """
 
 
-def _shared_store(tmp_path: Path, aa_noise: float) -> Store:
+def _shared_store(tmp_path: Path, aa_noise: float, text: str = DUET_STUDY) -> Store:
     """A duet study whose every pair met a neighbour alike (flagged, shared), A/A noise as given."""
-    study = load_study_text(DUET_STUDY, "s.yaml", check_host=False)
-    store = Store.create(tmp_path, DUET_STUDY, study.name, "s.yaml", {})
+    study = load_study_text(text, "s.yaml", check_host=False)
+    store = Store.create(tmp_path, text, study.name, "s.yaml", {})
     rng = random.Random(4)
     for cell in expand(study):
         noise = aa_noise if cell.platform_key == "aa" else 0.002
@@ -221,6 +221,19 @@ def test_a_wide_aa_keeps_the_advice_to_quiet_the_host(tmp_path: Path) -> None:
     # with no A/A at all, the study cannot show the pairing cancelled it, and says so
     assert "Without an A/A entry" in str(contamination_text(load_groups(store), [], at_once=2))
     store.close()
+
+
+def test_a_neighbour_that_stayed_beside_cells_sized_in_seconds_asks_for_longer_cells(tmp_path: Path) -> None:
+    """Beside a half-core busy loop, 4-s cells halved the part of each cell's mean the neighbour
+    puts there (docs/studies.md): a study whose every pair met it, in 2-s cells, is told so."""
+    def sized(seconds: float) -> str:
+        return DUET_STUDY.replace("work: 1000}", f"work: 1000, min_seconds: {seconds}}}")
+
+    # cells sized in items (cpu-spin's own count): nothing to lengthen
+    assert "min_seconds" not in _contamination_warning(_shared_store(tmp_path / "items", 0.002))
+    text = _contamination_warning(_shared_store(tmp_path / "short", 0.002, sized(2)))
+    assert "Write `min_seconds: 4` (cells of 2 s here" in text, text
+    assert "min_seconds" not in _contamination_warning(_shared_store(tmp_path / "long", 0.002, sized(4)))
 
 
 def test_without_flags_there_is_no_contamination_warning() -> None:

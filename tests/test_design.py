@@ -28,7 +28,7 @@ def _resolve(study: dict, cores: list[int] | None = (0, 1)) -> tuple[dict, Desig
 def test_a_study_without_design_fields_gets_the_resolving_design() -> None:
     resolved, design = _resolve(MINIMAL)
     assert resolved["schedule"] == "duet" and design.schedule == "duet" and design.fallback is None
-    assert resolved["min_seconds"] == 2 and resolved["warmup_items"] == 10 and resolved["warmup"] == 0
+    assert resolved["min_seconds"] == 4 and resolved["warmup_items"] == 10 and resolved["warmup"] == 0
     assert resolved["repetitions"] == "auto"
     assert resolved["adaptive"] == {"min_repetitions": 6, "max_repetitions": 24}
     assert design.budget_s == DEFAULT_BUDGET_S
@@ -66,7 +66,7 @@ def test_each_fallback_says_why(change: dict, reason: str) -> None:
     assert design.fallback is not None and reason in design.fallback
     assert reason in design.sentence()
     # The rest of the resolving design still applies.
-    assert resolved["min_seconds"] == 2 and resolved["repetitions"] == "auto"
+    assert resolved["min_seconds"] == 4 and resolved["repetitions"] == "auto"
 
 
 def test_a_one_core_host_and_a_quota_wider_than_a_side_fall_back() -> None:

@@ -244,9 +244,11 @@ def test_duet_members_wait_at_the_start_line_and_measure_at_the_same_time(tmp_pa
         assert info["duet"]["overlap"] > 0.85, info["duet"]
         if len(host_cpus()) >= 2:  # the sandbox's cpuset cgroup trades cores like any other
             assert info["duet"]["trade"]["trades"] >= 5 and info["duet"]["trade"]["problem"] is None, info["duet"]
-    assert bare[0]["start_line_wait_s"] > 0.5 and bare[0]["duet"]["delay_s"] == 0.0, bare[0]
+    # (how long varies by VM: 0.47 s of a 0.62-s lead on one where gVisor read 1.15x, not 1.6x; no
+    # wait at all would read under 0.05 s)
+    assert bare[0]["start_line_wait_s"] > 0.25 and bare[0]["duet"]["delay_s"] == 0.0, bare[0]
     # next time it is launched later by what it waited, and waits only for the jitter
-    assert bare[1]["duet"]["delay_s"] > 0.5 and bare[1]["start_line_wait_s"] < bare[0]["start_line_wait_s"], bare[1]
+    assert bare[1]["duet"]["delay_s"] > 0.25 and bare[1]["start_line_wait_s"] < bare[0]["start_line_wait_s"], bare[1]
 
 
 def test_a_duet_member_whose_data_is_copied_in_still_gets_its_go(tmp_path: Path) -> None:

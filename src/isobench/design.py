@@ -5,7 +5,7 @@ not the demo's: a study that writes no design field gets
 
 * a **duet** whose two members trade cores every 20 ms, wherever every entry can be placed on
   the layout's cores and wait at a start line (``schedule: duet``);
-* cells **sized in seconds** (``min_seconds: 2``) after 10 untimed warm-up items, no warm-up
+* cells **sized in seconds** (``min_seconds: 4``) after 10 untimed warm-up items, no warm-up
   rounds (the warm-up items pay a process's lazy set-up);
 * ``repetitions: auto``: 6 rounds, then rounds only for the comparisons without a verdict, until
   the time **budget** (``budget:`` in the study or ``--budget 8m``; 8 min by default) or 24 rounds.
@@ -43,7 +43,12 @@ from isobench.study.model import Study, knob_combinations, parse_duration
 DEFAULT_BUDGET_S = 480.0
 #: the resolving design's fields, as they are filled in
 RESOLVING_FIELDS: dict[str, Any] = {
-    "min_seconds": 2,
+    # 4 s, not 2: beside a neighbour an item's time depends on whether the neighbour held its core
+    # (resnet-infer's items varied 17-28% beside a half-core busy loop, 4-5% quiet), and a cell's
+    # mean averages that over its length. The minimal study beside that loop took 3.6-4.2 min at
+    # 4 s (verdicts at 6-9 rounds, A/A ±0.5-1.5%) against 3.8-5.0 min at 2 s (10-18 rounds); a
+    # quiet host pays 3.4-3.5 min instead of 2.2 (docs/studies.md)
+    "min_seconds": 4,
     "warmup_items": 10,
     "warmup": 0,
     "repetitions": "auto",
