@@ -67,7 +67,6 @@ def contamination_text(groups: list[Group], comparisons: list[Comparison], at_on
     if shared:
         parts.append(f"{shared} cells of duet pairs that traded cores lost core time to other work, both members "
                      "of each pair alike: the pairing cancels that, so they were kept, not re-run.")
-    longer = _longer_cells_advice(groups, shared)
     aa = _aa_floor(comparisons)
     if aa is not None and aa[2]:
         cause = "the pairing cancelled the shared disturbance" if shared else "the interference did not widen it"
@@ -82,6 +81,7 @@ def contamination_text(groups: list[Group], comparisons: list[Comparison], at_on
         parts.append("The A/A has too few pairs for an interval to show that the pairing cancelled it."
                      if _aa(comparisons) else "Without an A/A entry the study cannot show that the pairing "
                                               "cancelled it: add one (`- {name: baremetal, label: aa}`).")
+    longer = _longer_cells_advice(groups, shared)
     if longer:
         parts.append(longer)
     return " ".join(parts)
