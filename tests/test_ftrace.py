@@ -132,6 +132,14 @@ def test_fsync_gives_sync_writebacks_and_block_events_of_the_cell(writer_study: 
     assert calls.get("fsync", 0) >= 12  # checkpoint and log, each round
     ranking = _by_label(series(writer_study, "pagefaults", "ranking"), "fsync")
     assert abs(sum(ranking["share"]) - 1) < 1e-9 and any(f.startswith("/") for f in ranking["file"])
+    # Table 8's concentration: the five code files with the most faults, from the same ranking
+    by_file: dict[str, int] = {}
+    for file, faults in zip(ranking["file"], ranking["faults"], strict=True):
+        by_file[file] = by_file.get(file, 0) + int(faults)
+    top5 = sum(sorted(by_file.values(), reverse=True)[:5]) / sum(by_file.values())
+    assert found["probe.pagefaults.top5_files_share"] == pytest.approx(top5)
+    # fsync writes in the cell's own context: its inserts are not the flusher's
+    assert found["probe.ftrace.block_requests_flusher"] < found["probe.ftrace.block_requests"] / 2, found
     # the probe's own end, step by step: what it cost the run after the cell
     from isobench.store import Store
 
@@ -143,6 +151,8 @@ def test_fsync_gives_sync_writebacks_and_block_events_of_the_cell(writer_study: 
 def test_unsynced_pages_go_out_periodic_from_a_flusher(writer_study: Path) -> None:
     found = _by_label(metrics(writer_study), "nofsync")
     assert found["probe.ftrace.writebacks.periodic"] >= 1
+    # left to the flusher: its block request inserts are made in the flusher's write-back path
+    assert found["probe.ftrace.block_requests_flusher"] >= 1, found
     pages = _by_label(series(writer_study, "ftrace", "writeback"), "nofsync")
     assert 3 in pages["reason"]  # periodic
     flushed = [f for f, p in zip(pages["flusher_pid"], pages["pid"], strict=True) if f != p]
@@ -313,13 +323,14 @@ def test_ctrl_c_mid_trace_leaves_tracing_and_sysctls_as_they_were(tmp_path: Path
     need_knob_free()
     before = instances()
     sysctl = ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text(),
-              (VM / "dirty_expire_centisecs").read_text())
+              (VM / "dirty_expire_centisecs").read_text(), (VM / "dirty_writeback_centisecs").read_text())
     study = write_study(tmp_path / "study.yaml", {
         "name": "ftrace-interrupt",
         # its files in tmp_path: the interrupted writer never reaches its own clean-up
         "workloads": [{"name": "file-writer", "params": {"rounds": 1, "wait_s": 60, "dir": str(tmp_path)}}],
         "platforms": [{"name": "baremetal"}], "repetitions": 1, "warmup": 0,
-        "probes": {"ftrace": {"dirty_background_bytes": 64 << 20, "dirty_expire_s": 3}, "syscalls": {}}})
+        "probes": {"ftrace": {"dirty_background_bytes": 64 << 20, "dirty_expire_s": 3,
+                              "dirty_writeback_s": 0.5}, "syscalls": {}}})
     runner = subprocess.Popen([*ISOBENCH, "run", str(study), "--out", str(tmp_path / "out")],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=default_interrupts)
     mine = f"isobench-{runner.pid}-"
@@ -330,6 +341,7 @@ def test_ctrl_c_mid_trace_leaves_tracing_and_sysctls_as_they_were(tmp_path: Path
             time.sleep(0.2)
         assert (VM / "dirty_background_bytes").read_text().strip() == str(64 << 20)
         assert (VM / "dirty_expire_centisecs").read_text().strip() == "300"
+        assert (VM / "dirty_writeback_centisecs").read_text().strip() == "50"
         time.sleep(1)
         runner.send_signal(signal.SIGINT)
         runner.wait(timeout=60)
@@ -339,7 +351,7 @@ def test_ctrl_c_mid_trace_leaves_tracing_and_sysctls_as_they_were(tmp_path: Path
     assert not any(name.startswith(mine) for name in instances())
     assert not {name for name in instances() - before if name.startswith(mine)}
     assert ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text(),
-            (VM / "dirty_expire_centisecs").read_text()) == sysctl
+            (VM / "dirty_expire_centisecs").read_text(), (VM / "dirty_writeback_centisecs").read_text()) == sysctl
     assert not list(Path("/dev/shm").glob(f"{mine}*"))
 
 
@@ -347,9 +359,10 @@ def test_a_killed_runners_instance_reader_and_sysctl_are_swept() -> None:
     need_tracefs()
     need_knob_free()
     sysctl = ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text(),
-              (VM / "dirty_expire_centisecs").read_text())
-    code = ("import time\nfrom isobench.probes.tracefs import TraceInstance, DirtyBackgroundKnob, DirtyExpireKnob\n"
-            "DirtyBackgroundKnob(32 << 20).apply(); DirtyExpireKnob(4).apply()\n"
+              (VM / "dirty_expire_centisecs").read_text(), (VM / "dirty_writeback_centisecs").read_text())
+    code = ("import time\nfrom isobench.probes.tracefs import TraceInstance, DirtyBackgroundKnob, DirtyExpireKnob, "
+            "DirtyWritebackKnob\n"
+            "DirtyBackgroundKnob(32 << 20).apply(); DirtyExpireKnob(4).apply(); DirtyWritebackKnob(0.7).apply()\n"
             "i = TraceInstance('stale', ['writeback/writeback_start'], 256); i.start()\n"
             "print(i.name, i.trace_file, flush=True); time.sleep(600)\n")
     victim = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -360,12 +373,13 @@ def test_a_killed_runners_instance_reader_and_sysctl_are_swept() -> None:
 
     assert name in instances() and Path(trace_file).exists()
     assert (VM / "dirty_expire_centisecs").read_text().strip() == "400"  # the dead runner's, until swept
+    assert (VM / "dirty_writeback_centisecs").read_text().strip() == "70"
     removed = sweep_stale()
     assert any(name in entry for entry in removed)
     assert name not in instances()
     assert not Path(trace_file).exists()
     assert ((VM / "dirty_background_bytes").read_text(), (VM / "dirty_background_ratio").read_text(),
-            (VM / "dirty_expire_centisecs").read_text()) == sysctl
+            (VM / "dirty_expire_centisecs").read_text(), (VM / "dirty_writeback_centisecs").read_text()) == sysctl
 
 
 def _waiting_child(code: str) -> subprocess.Popen[str]:

@@ -141,6 +141,10 @@ KINDS: dict[str, Kind] = {
     "dirty_expire": Kind(read=lambda key: Path(key).read_text().strip(),
                          write=lambda key, value: _write_file(Path(key), str(value)),
                          combine=lambda values: min(values, key=int)),
+    # vm.dirty_writeback_centisecs lowered (probes/tracefs.py): the flusher's wake-up period
+    "dirty_writeback": Kind(read=lambda key: Path(key).read_text().strip(),
+                            write=lambda key, value: _write_file(Path(key), str(value)),
+                            combine=lambda values: min(values, key=int)),
     "nvpmodel": Kind(read=_read_nvpmodel, write=_write_nvpmodel),
     # the container engine's daemons kept off the cells' cores (runner/harness.py)
     "affinity": Kind(read=_read_affinity, write=_write_affinity),

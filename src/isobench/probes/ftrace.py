@@ -32,6 +32,7 @@ from isobench.probes.tracefs import (
     CellTrace,
     DirtyBackgroundKnob,
     DirtyExpireKnob,
+    DirtyWritebackKnob,
     missing_events,
     sweep_stale,
     tracefs_problem,
@@ -64,6 +65,9 @@ class FtraceSettings(ProbeSettings):
     dirty_expire_s: float | None = Field(
         None, ge=0.01, le=3600, description="lower vm.dirty_expire_centisecs for the cell (restored afterwards): "
                                             "dirty pages this old go out as periodic write-backs (default 30 s)")
+    dirty_writeback_s: float | None = Field(
+        None, ge=0.01, le=3600, description="lower vm.dirty_writeback_centisecs for the cell (restored afterwards): "
+                                            "the flusher's periodic wake-up (default 5 s)")
     sample_interval_s: float = Field(0.2, gt=0, le=10, description="how often the cell's tasks are listed")
     large_buffer: bool = Field(False, description=f"allow buffer_kb above {BUFFER_KB_CAP} KiB per CPU")
     max_trace_mb: int = Field(DEFAULT_TRACE_BYTES >> 20, ge=1, le=1 << 20,
@@ -110,6 +114,8 @@ class FtraceProbe(Probe):
             self.knobs.append(DirtyBackgroundKnob(s.dirty_background_bytes))
         if s.dirty_expire_s:
             self.knobs.append(DirtyExpireKnob(s.dirty_expire_s))
+        if s.dirty_writeback_s:
+            self.knobs.append(DirtyWritebackKnob(s.dirty_writeback_s))
         try:
             for knob in self.knobs:
                 knob.apply()
@@ -414,6 +420,8 @@ def _block(host: Events, in_cell: np.ndarray, windows: list[tuple[int, float, fl
     writes = inserts & (host.rwbs & RWBS_BITS["W"] > 0)
     reads = inserts & (host.rwbs & RWBS_BITS["R"] > 0)
     result.metrics.append(("block_requests", int(inserts.sum()), "requests"))
+    # Table 6: the inserts made in the flusher's write-back path, not in the cell's own tasks
+    result.metrics.append(("block_requests_flusher", int((inserts & ~in_cell).sum()), "requests"))
     result.metrics.append(("block_write_bytes", int(host.nr_sector[writes].sum()) * 512, "bytes"))
     result.metrics.append(("block_read_bytes", int(host.nr_sector[reads].sum()) * 512, "bytes"))
     result.metrics.append(("block_merges", int((mine & host.of("block_bio_backmerge", "block_bio_frontmerge")).sum()),

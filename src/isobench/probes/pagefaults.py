@@ -117,8 +117,8 @@ def rank(tids: np.ndarray, ips: np.ndarray, addresses: np.ndarray, tgid: dict[in
         table = _table(maps[pid], paths)
         code[rows], offset[rows] = _locate(table, ips[rows])
         touched[rows] = _locate(table, addresses[rows])[0]
-    files, first, counts = np.unique(code, return_index=True, return_counts=True)
-    resolvable = [paths.names[f] for f in files[np.lexsort((first, -counts))].tolist()
+    files, first, counts_by_file = np.unique(code, return_index=True, return_counts=True)
+    resolvable = [paths.names[f] for f in files[np.lexsort((first, -counts_by_file))].tolist()
                   if paths.names[f].startswith("/")][:symbol_files]
     functions = Interned([""])
     function = np.zeros(len(tids), dtype=np.int64)
@@ -152,6 +152,8 @@ def rank(tids: np.ndarray, ips: np.ndarray, addresses: np.ndarray, tgid: dict[in
     result = ProbeResult()
     result.metrics.append(("page_faults", len(tids), "faults"))
     result.metrics.append(("files", len(files), "files"))
+    # Table 8's "a small number of specific files": the five code files with the most faults
+    result.metrics.append(("top5_files_share", float(np.sort(counts_by_file)[::-1][:5].sum()) / total, "share"))
     result.series["ranking"] = {"task": [k[0] for k, _ in ranked], "file": [k[1] for k, _ in ranked],
                                 "function": [k[2] for k, _ in ranked], "touched": [k[3] for k, _ in ranked],
                                 "faults": np.array([c for _, c in ranked], dtype=np.int64),
