@@ -104,9 +104,11 @@ def probe_outcome(key: str, rep: int) -> ProbeOutcome:
 
 
 def build(directory: Path, host: dict[str, Any] | None = None, study_text: str = STUDY,
-          scale: float | dict[str, float | list[float]] = 1.0) -> Path:
+          scale: float | dict[str, float | list[float]] = 1.0,
+          knob_scale: dict[str, dict[Any, list[float]]] | None = None) -> Path:
     """``scale``: every phase times this; a dict scales each workload (by key) on its own, a list
-    by repetition (a workload's own noise)."""
+    by repetition (a workload's own noise). ``knob_scale``: a knob's value -> factors by
+    repetition, for the cells at that value of a sweep."""
     study = load_study_text(study_text, "known.yaml", check_host=False)
     host = host or {"governor": "powersave", "turbo": True, "cores": 2, "loadavg_at_start": [0.1, 0.1, 0.1],
                     "cpu_model": "test CPU", "kernel": "6.1.0-test"}
@@ -117,6 +119,10 @@ def build(directory: Path, host: dict[str, Any] | None = None, study_text: str =
         factor = scale.get(cell.workload_key, 1.0) if isinstance(scale, dict) else scale
         if isinstance(factor, list):
             factor = factor[cell.rep % len(factor)]
+        for knob, by_value in (knob_scale or {}).items():
+            if cell.knobs.get(knob) in by_value:
+                factors = by_value[cell.knobs[knob]]
+                factor *= factors[cell.rep % len(factors)]
         phases = {k: v * factor for k, v in phases_for(cell.platform_key, cell.rep, offset).items()}
         items = [{"i": i, "e2e": sum(phases.values()), "phases": phases} for i in range(4)]
         outcome = CellOutcome(cell=cell, status="ok", exit_code=0, error=None, stderr_tail="", started_at=0.0,

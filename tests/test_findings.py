@@ -180,6 +180,27 @@ def test_a_check_can_compare_two_workloads_on_one_platform(tmp_path: Path) -> No
     assert same.checks[0].estimate == pytest.approx(1.0) and same.verdict == DESIGN_UNTESTABLE
 
 
+def test_a_check_can_compare_two_values_of_a_knob_sweep(tmp_path: Path) -> None:
+    # F24's shape: the same entry at two values of a sweep (one core against two); the cells at
+    # two threads are half as long, with their own noise so that the ratio is no fixed outcome
+    swept = report_store.STUDY.replace("knobs: {threads: 1}", "knobs: {threads: [1, 2]}")
+    jitter = [0.5 * x for x in (1.0, 1.01, 0.99, 1.004, 0.996, 1.0)]
+    directory = report_store.build(tmp_path / "swept", study_text=swept, knob_scale={"threads": {2: jitter}})
+    paper = parse_findings(spec("""
+      - {what: "forward, 2 threads / 1", workload: lenet-train, platform: baremetal, against: baremetal,
+         knobs: {threads: 2}, against_knobs: {threads: 1}, metric: phase.forward, expect: "< 0.6"}
+"""), "t.yaml")
+    result = evaluate(paper, {"known": directory}, {})[0]
+    assert result.checks[0].estimate == pytest.approx(0.5, rel=0.01) and result.verdict == HOLDS
+    # without against_knobs the reference is the same group: one group against itself, a fixed
+    # outcome that is no evidence either way
+    same = evaluate(parse_findings(spec("""
+      - {what: forward, workload: lenet-train, platform: baremetal, knobs: {threads: 2}, metric: phase.forward,
+         expect: "< 0.6"}
+"""), "t.yaml"), {"known": directory}, {})[0]
+    assert same.checks[0].estimate == pytest.approx(1.0) and same.verdict == DESIGN_UNTESTABLE
+
+
 def test_a_study_this_host_cannot_run_is_skipped_and_says_why() -> None:
     from isobench.replicate.run import unrunnable
 

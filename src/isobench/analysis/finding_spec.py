@@ -110,6 +110,13 @@ class Side(BaseModel):
     per: str | None = None
     #: only the groups whose knobs include these (a sweep's value)
     knobs: dict[str, object] = Field(default_factory=dict)
+    #: the reference's knobs where they differ from ``knobs``: the same entry at another value of a
+    #: sweep (e.g. one core against two), for a finding about the sweep itself
+    against_knobs: dict[str, object] | None = None
+
+    @property
+    def reference_knobs(self) -> dict[str, object]:
+        return self.knobs if self.against_knobs is None else self.against_knobs
 
 
 class Check(Side):

@@ -129,7 +129,8 @@ def _sides(sources: Sources, side: Side, default_study: str) -> tuple[list[Point
     study = side.study or default_study
     groups, baseline = sources.groups(study)
     sample = _group(groups, side.workload, side.platform, side.knobs)
-    reference = _group(groups, side.against_workload or side.workload, side.against or baseline, side.knobs)
+    reference = _group(groups, side.against_workload or side.workload, side.against or baseline,
+                       side.reference_knobs)
     items = sources.items.get(study)
     # a tenant group's members share the flusher and the cores: one sample per round, not N
     return (tenant_points(_points(sample, side.metric, side.per, items)),
@@ -206,7 +207,8 @@ def _aa(sources: Sources, check: Check, default_study: str) -> str:
     """The check's reference against its A/A twin, the same ratio with the twin in the platform's place."""
     study = check.study or default_study
     groups, baseline = sources.groups(study)
-    reference = _group(groups, check.against_workload or check.workload, check.against or baseline, check.knobs)
+    reference = _group(groups, check.against_workload or check.workload, check.against or baseline,
+                       check.reference_knobs)
     twin = aa_twin(sources.studies[study], groups, reference)
     if twin is None:
         return "no A/A in this study"

@@ -149,7 +149,7 @@ def plan_check(finding: str, check: Check, default_study: str, baseline: str | N
     names = _metric_names(check.metric)
     if check.kind != "ratio":
         plan.reason = f"a {check.kind.replace('_', ' ')} check: only a ratio of timed phases is injected"
-    elif check.against_workload or check.knobs:
+    elif check.against_workload or check.knobs or check.against_knobs is not None:
         plan.reason = "a comparison across workloads or within a knob sweep: no single entry to substitute"
     elif baseline is not None and (check.against or baseline) == check.platform:
         plan.reason = "the compared entry is the baseline itself"
