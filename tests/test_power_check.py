@@ -194,6 +194,29 @@ def test_the_page_and_the_records_carry_the_power_table(tmp_path: Path) -> None:
     assert "6.703× in optimizer" in shown and "seen" in shown
 
 
+def test_one_paper_run_alone_keeps_the_other_papers_records(tmp_path: Path) -> None:
+    # `replicate prashanthi-2023 --out X` then `replicate siddaramanna-john --out X`: the second
+    # erased the first's time and command, and the page read prashanthi's time as 0.0 min
+    import json
+
+    from isobench.replicate.run import PaperRun, appended_command, previous_records, write_records
+
+    first = PaperRun("prashanthi-2023", "Prashanthi", [], 654.0)
+    write_records([first], tmp_path, ["isobench replicate prashanthi-2023"])
+    earlier = previous_records(tmp_path)
+    second = PaperRun("siddaramanna-john", "Siddaramanna", [], 1200.0)
+    commands = appended_command(earlier["commands"], "isobench replicate siddaramanna-john")
+    payload = json.loads(write_records([second], tmp_path, commands, earlier).read_text())
+    assert [(p["paper"], p["seconds"]) for p in payload["papers"]] == [("prashanthi-2023", 654.0),
+                                                                       ("siddaramanna-john", 1200.0)]
+    assert payload["commands"] == ["isobench replicate prashanthi-2023", "isobench replicate siddaramanna-john"]
+    # the same paper again replaces its own record, it is not listed twice
+    again = json.loads(write_records([PaperRun("prashanthi-2023", "Prashanthi", [], 30.0)], tmp_path, commands,
+                                     previous_records(tmp_path)).read_text())
+    assert sorted((p["paper"], p["seconds"]) for p in again["papers"]) == [("prashanthi-2023", 30.0),
+                                                                          ("siddaramanna-john", 1200.0)]
+
+
 def test_a_power_run_goes_on_until_the_checked_phase_has_its_verdict() -> None:
     # F22 reads the preprocessing phase, 6% of a request: stopping on e2e's "equivalent" left the
     # injected 4% in that phase inside six pairs' noise (read 1.002x, 2026-11-28)

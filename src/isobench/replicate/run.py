@@ -162,29 +162,37 @@ def replicate(choice: str, out: Path, resume: bool, quick: bool, max_minutes: fl
     """Each paper of ``choice`` in turn. With ``resume``, a paper's time adds up over the
     invocations (the first ran the cells; a later one may only re-test the findings), as long as
     its results are still there: a paper whose directory was removed to run it again starts its
-    time afresh (its earlier time measured cells that are gone)."""
-    earlier = previous_records(out) if resume else {}
+    time afresh (its earlier time measured cells that are gone). The other papers' records in
+    ``out`` stay, with or without ``resume``: one paper run on its own beside them must not
+    erase what they took and which invocation made them."""
+    earlier = previous_records(out)
     before = {p["paper"]: p for p in earlier.get("papers", [])}
     commands = appended_command(earlier.get("commands", []), command)
     runs = []
     for name in papers_of(choice):
-        kept = (out / name).is_dir()
+        kept = resume and (out / name).is_dir()
         run = replicate_paper(name, out, resume, quick, max_minutes, console, power, power_only)
         if kept:
             run.seconds += float(before.get(name, {}).get("seconds", 0.0))
         runs.append(run)
-        write_records(runs, out, commands)  # a later paper's failure keeps the earlier ones' verdicts
+        # a later paper's failure keeps the earlier ones' verdicts
+        write_records(runs, out, commands, earlier)
     return runs
 
 
-def write_records(runs: list[PaperRun], out: Path, commands: list[str] | None = None) -> Path:
+def write_records(runs: list[PaperRun], out: Path, commands: list[str] | None = None,
+                  earlier: dict[str, Any] | None = None) -> Path:
+    """``replication.json``: these runs, after ``earlier``'s records of the papers they did not run."""
     path = out / "replication.json"
+    ran = {run.paper for run in runs}
     records = [{**r.as_record(), "seconds": round(run.seconds, 1)} for run in runs for r in run.results]
-    payload = {"version": REPLICATION_VERSION, "commands": commands or [], "papers": [
-        {"paper": run.paper, "title": run.title, "seconds": round(run.seconds, 1), "studies": run.directories,
-         "missing": run.missing, "skipped": run.skipped, "load_at_start": run.load_at_start,
-         "steal": run.steal, "power": [p.as_record() for p in run.power]} for run in runs],
-        "findings": records}
+    papers = [{"paper": run.paper, "title": run.title, "seconds": round(run.seconds, 1), "studies": run.directories,
+               "missing": run.missing, "skipped": run.skipped, "load_at_start": run.load_at_start,
+               "steal": run.steal, "power": [p.as_record() for p in run.power]} for run in runs]
+    kept = [p for p in (earlier or {}).get("papers", []) if p.get("paper") not in ran]
+    kept_findings = [r for r in (earlier or {}).get("findings", []) if r.get("paper") not in ran]
+    payload = {"version": REPLICATION_VERSION, "commands": commands or [], "papers": kept + papers,
+               "findings": kept_findings + records}
     out.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload, indent=1) + "\n")
