@@ -130,6 +130,11 @@ class Kind:
     combine: Callable[[list[Any]], Any] = field(default=lambda values: values[-1])
 
 
+#: a sysctl in centiseconds that holders lower: the shortest asked for is in force
+_FLUSHER_TIMER = Kind(read=lambda key: Path(key).read_text().strip(),
+                      write=lambda key, value: _write_file(Path(key), str(value)),
+                      combine=lambda values: min(values, key=int))
+
 KINDS: dict[str, Kind] = {
     "sysfs": Kind(read=lambda key: Path(key).read_text().strip(),
                   write=lambda key, value: _write_file(Path(key), str(value))),
@@ -137,14 +142,10 @@ KINDS: dict[str, Kind] = {
                              write=lambda key, value: _write_file(Path(key) / "dirty_background_bytes",
                                                                   str(value)),
                              restore=_restore_dirty_background, combine=min),
-    # vm.dirty_expire_centisecs lowered (probes/tracefs.py): the flusher's periodic timer
-    "dirty_expire": Kind(read=lambda key: Path(key).read_text().strip(),
-                         write=lambda key, value: _write_file(Path(key), str(value)),
-                         combine=lambda values: min(values, key=int)),
-    # vm.dirty_writeback_centisecs lowered (probes/tracefs.py): the flusher's wake-up period
-    "dirty_writeback": Kind(read=lambda key: Path(key).read_text().strip(),
-                            write=lambda key, value: _write_file(Path(key), str(value)),
-                            combine=lambda values: min(values, key=int)),
+    # the flusher's timers lowered (probes/tracefs.py): vm.dirty_expire_centisecs, and
+    # vm.dirty_writeback_centisecs, its wake-up period
+    "dirty_expire": _FLUSHER_TIMER,
+    "dirty_writeback": _FLUSHER_TIMER,
     "nvpmodel": Kind(read=_read_nvpmodel, write=_write_nvpmodel),
     # the container engine's daemons kept off the cells' cores (runner/harness.py)
     "affinity": Kind(read=_read_affinity, write=_write_affinity),

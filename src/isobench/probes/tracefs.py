@@ -367,32 +367,34 @@ class DirtyBackgroundKnob:
         self.change.release()
 
 
-class DirtyExpireKnob(DirtyBackgroundKnob):
-    """Lower ``vm.dirty_expire_centisecs`` while a cell runs: dirty pages older than this go out
-    as periodic write-backs at the flusher's next wake-up (every dirty_writeback_centisecs, 5 s by
-    default), so a cell sees them within seconds instead of the default 30. Overlapping holders and
-    crashes are handled as for :class:`DirtyBackgroundKnob` (the shortest asked for is in force)."""
+class _FlusherTimerKnob(DirtyBackgroundKnob):
+    """Lower one of the flusher's timers (a ``vm.*_centisecs`` sysctl) while a cell runs.
+    Overlapping holders and crashes are handled as for :class:`DirtyBackgroundKnob` (the
+    shortest asked for is in force)."""
+
+    kind = ""
+    sysctl = ""
 
     def __init__(self, seconds: float) -> None:
         from isobench.hoststate import Change
 
         self.value = max(1, round(seconds * 100))
-        self.change = Change("dirty_expire", str(VM / "dirty_expire_centisecs"), self.value)
+        self.change = Change(self.kind, str(VM / self.sysctl), self.value)
 
 
-class DirtyWritebackKnob(DirtyBackgroundKnob):
-    """Lower ``vm.dirty_writeback_centisecs`` while a cell runs: the flusher wakes this often to
-    write what has passed dirty_expire. Lowered with dirty_expire by the same factor, it runs the
-    kernel's periodic write-back faster with the same proportions, so a short cell sees as many
-    expiry periods as a long run does at the defaults (5 s and 30 s). The kernel wakes every
-    flusher when the value changes. Overlapping holders and crashes are handled as for
-    :class:`DirtyBackgroundKnob` (the shortest asked for is in force)."""
+class DirtyExpireKnob(_FlusherTimerKnob):
+    """``vm.dirty_expire_centisecs``: dirty pages older than this go out as periodic write-backs
+    at the flusher's next wake-up (every dirty_writeback_centisecs, 5 s by default), so a cell sees
+    them within seconds instead of the default 30."""
 
-    def __init__(self, seconds: float) -> None:
-        from isobench.hoststate import Change
+    kind, sysctl = "dirty_expire", "dirty_expire_centisecs"
 
-        self.value = max(1, round(seconds * 100))
-        self.change = Change("dirty_writeback", str(VM / "dirty_writeback_centisecs"), self.value)
+
+class DirtyWritebackKnob(_FlusherTimerKnob):
+    """``vm.dirty_writeback_centisecs``: how often the flusher wakes to write what has passed
+    dirty_expire (5 s by default). The kernel wakes every flusher when the value changes."""
+
+    kind, sysctl = "dirty_writeback", "dirty_writeback_centisecs"
 
 
 def _holders() -> list[dict[str, object]]:
